@@ -1,0 +1,46 @@
+"""gigpo_algo: GiGPO and its baselines as fast, exact, pure functions.
+
+Modules:
+- :mod:`gigpo_algo.advantages`: GiGPO (episode + step level), discounted returns, and the
+  GRPO-family baselines, GAE and the DAPO filter (re-exported from ``baselines``);
+- :mod:`gigpo_algo.grouping`: anchor-state grouping (exact and similarity);
+- :mod:`gigpo_algo.tokens`: per-step values onto response tokens;
+- :mod:`gigpo_algo.losses`: PPO clipped loss, KL estimators, loss aggregation.
+"""
+
+from gigpo_algo.advantages import (
+    GiGPOResult,
+    anchor_groups,
+    discounted_returns,
+    dr_grpo,
+    episode_advantages,
+    filter_uniform_groups,
+    gae,
+    gigpo_advantages,
+    grpo,
+    reinforce_pp_baseline,
+    rloo,
+    step_advantages,
+)
+from gigpo_algo.losses import aggregate_loss, kl_penalty, ppo_clip_loss
+from gigpo_algo.tokens import broadcast_to_tokens, turns_to_tokens
+
+__all__ = [
+    "GiGPOResult",
+    "aggregate_loss",
+    "anchor_groups",
+    "broadcast_to_tokens",
+    "discounted_returns",
+    "dr_grpo",
+    "episode_advantages",
+    "filter_uniform_groups",
+    "gae",
+    "gigpo_advantages",
+    "grpo",
+    "kl_penalty",
+    "ppo_clip_loss",
+    "reinforce_pp_baseline",
+    "rloo",
+    "step_advantages",
+    "turns_to_tokens",
+]

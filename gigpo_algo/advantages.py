@@ -1,0 +1,333 @@
+"""GiGPO advantages: episode-level and step-level relative advantages, as pure functions.
+
+Every function takes one row per step record (DESIGN.md, contract 2): a row is one model call
+of one trajectory; rows of a trajectory are in time order, and trajectories may be
+interleaved. Numeric inputs may be lists, numpy arrays or torch tensors; a tensor in gives a
+tensor out on the same device (floating dtype kept), a floating numpy array keeps its dtype,
+anything else gives float64 numpy. Ids may be ints or strings.
+
+A trajectory is identified by the pair ``(group_id, traj_id)``, so trajectory ids may be
+numbered either globally or within each group.
+
+Paper: Feng et al., "Group-in-Group Policy Optimization for LLM Agent Training" (2025),
+Eq. 3 (episode level), Eq. 6-8 (anchor groups, discounted returns, step level), Eq. 9.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from gigpo_algo._arrays import (
+    check_eps,
+    check_norm,
+    is_torch_tensor,
+    to_float_array,
+    to_ids,
+)
+from gigpo_algo._grouped import combine_codes, normalize_in_groups
+from gigpo_algo.baselines import (
+    dr_grpo,
+    filter_uniform_groups,
+    gae,
+    grpo,
+    reinforce_pp_baseline,
+    rloo,
+)
+from gigpo_algo.grouping import anchor_groups, step_group_codes
+
+__all__ = [
+    "GiGPOResult",
+    "anchor_groups",
+    "discounted_returns",
+    "dr_grpo",
+    "episode_advantages",
+    "filter_uniform_groups",
+    "gae",
+    "gigpo_advantages",
+    "grpo",
+    "reinforce_pp_baseline",
+    "rloo",
+    "step_advantages",
+]
+
+STATS = ("trajectory", "step")
+
+
+class GiGPOResult(NamedTuple):
+    """Output of :func:`gigpo_advantages`; every field has one entry per row, shape (N,)."""
+
+    advantages: Any
+    """``episode_advantages + step_weight * step_advantages``."""
+    episode_advantages: Any
+    """A_E: the row's episode score against its episode group."""
+    step_advantages: Any
+    """A_S: the row's discounted return against its step (anchor-state) group."""
+    returns: Any
+    """Discounted return of each row, after the invalid-action penalty."""
+    step_group_ids: np.ndarray
+    """int64 step-group id of each row, numbered in order of first appearance."""
+
+
+def discounted_returns(rewards: Any, traj_ids: Any, gamma: float) -> Any:
+    """Discounted return of every row within its trajectory.
+
+    ``G_t = sum_{k >= t} gamma^(k - t) r_k`` over the rows of the same trajectory that come at
+    or after row t (Eq. 7). Exact to float64 rounding, in O(N log L) vectorised work for a
+    longest trajectory of L rows.
+
+    Args:
+        rewards: float, shape (N,): the step reward of each row.
+        traj_ids: shape (N,), ints or strings: the trajectory of each row (globally unique).
+        gamma: discount in [0, 1].
+
+    Returns:
+        float, shape (N,), same kind as ``rewards``.
+    """
+    r, kind = to_float_array(rewards, "rewards")
+    traj, _ = to_ids(traj_ids, "traj_ids", len(r))
+    _check_unit_interval(gamma, "gamma")
+    return kind.wrap(_discounted_returns(r, traj, float(gamma)))
+
+
+def episode_advantages(
+    scores: Any,
+    group_ids: Any,
+    *,
+    traj_ids: Any = None,
+    norm: str = "mean_std",
+    stats: str = "trajectory",
+    eps: float = 1e-6,
+) -> Any:
+    """GRPO-style relative advantage of each row's episode score within its group (Eq. 3).
+
+    Args:
+        scores: float, shape (N,): the episode score of each row's trajectory (usually the
+            same for all rows of a trajectory).
+        group_ids: shape (N,): the episode group (rollouts from the same initial state).
+        traj_ids: shape (N,): the trajectory of each row; required with ``stats="trajectory"``.
+        norm: ``"mean"`` (score - mean), ``"mean_std"`` ((score - mean) / (std + eps), std
+            unbiased as ``torch.std``), or ``"loo"`` (score - mean of the other members: RLOO).
+        stats: ``"trajectory"``: the group's members are its trajectories, each counted once
+            (the paper's Eq. 3); a trajectory's rows share its weight equally, so when its
+            rows' scores differ (e.g. per-row penalties) its value is their mean and the spread
+            inside it adds to the std. ``"step"``: every row is a member (verl-agent's default,
+            which weights long trajectories more).
+        eps: added to the std under ``"mean_std"``.
+
+    Returns:
+        float, shape (N,). A group with a single member gets 0 (verl-agent gives the raw score).
+    """
+    s, kind = to_float_array(scores, "scores")
+    groups, num_groups = to_ids(group_ids, "group_ids", len(s))
+    check_norm(norm)
+    check_eps(eps)
+    trajs = _traj_codes(traj_ids, groups, num_groups, len(s), stats)
+    return kind.wrap(_episode(s, groups, num_groups, trajs, norm, eps))
+
+
+def step_advantages(
+    returns: Any,
+    step_group_ids: Any,
+    *,
+    norm: str = "mean_std",
+    eps: float = 1e-6,
+) -> Any:
+    """Relative advantage of each row's discounted return within its step group (Eq. 8).
+
+    Args:
+        returns: float, shape (N,): discounted return of each row.
+        step_group_ids: shape (N,): the anchor-state group of each row (see
+            :func:`anchor_groups`).
+        norm: ``"mean"``, ``"mean_std"`` or ``"loo"`` as in :func:`episode_advantages`.
+        eps: added to the std under ``"mean_std"``.
+
+    Returns:
+        float, shape (N,). Rows alone in their step group get 0.
+    """
+    g, kind = to_float_array(returns, "returns")
+    codes, k = to_ids(step_group_ids, "step_group_ids", len(g))
+    check_norm(norm)
+    check_eps(eps)
+    return kind.wrap(normalize_in_groups(g, codes, k, norm, eps))
+
+
+def gigpo_advantages(
+    rewards: Any,
+    traj_ids: Any,
+    group_ids: Any,
+    anchors: Any,
+    *,
+    gamma: float = 0.95,
+    step_weight: float = 1.0,
+    norm: str = "mean_std",
+    episode_stats: str = "trajectory",
+    similarity: float | None = None,
+    similarity_metric: str = "difflib",
+    is_action_valid: Any = None,
+    invalid_penalty: float = 0.0,
+    eps: float = 1e-6,
+) -> GiGPOResult:
+    """The whole GiGPO advantage: ``A = A_E + step_weight * A_S`` (Eq. 9).
+
+    Episode score = sum of the trajectory's rewards; A_E is its relative advantage in the
+    episode group (:func:`episode_advantages`). Step groups gather rows of the same episode
+    group taken from the same anchor state (:func:`anchor_groups`); A_S is the relative
+    advantage of each row's discounted return in its step group (:func:`step_advantages`).
+
+    Args:
+        rewards: float, shape (N,): the environment reward of each row (model call).
+        traj_ids: shape (N,): trajectory of each row (numbered globally or within groups).
+        group_ids: shape (N,): episode group of each row.
+        anchors: shape (N,): the state each row's action was taken from (see
+            :func:`anchor_groups`).
+        gamma: discount in [0, 1] for the step-level returns.
+        step_weight: weight ``w`` of A_S.
+        norm: ``"mean"``, ``"mean_std"`` or ``"loo"``, for both levels.
+        episode_stats: ``"trajectory"`` (Eq. 3) or ``"step"`` (verl-agent).
+        similarity: None (exact anchors) or a threshold in (0, 1).
+        similarity_metric: ``"difflib"`` (verl-agent's partition) or ``"indel"``.
+        is_action_valid: bool, shape (N,), or None.
+        invalid_penalty: c >= 0; with it, each invalid row's episode score and discounted
+            return are lowered by c before normalisation (verl-agent's semantics). The
+            penalty is not propagated to earlier rows' returns.
+        eps: added to the std under ``"mean_std"``.
+
+    Returns:
+        :class:`GiGPOResult`, every field of shape (N,).
+    """
+    r, kind = to_float_array(rewards, "rewards")
+    n = len(r)
+    groups, num_groups = to_ids(group_ids, "group_ids", n)
+    check_norm(norm)
+    check_eps(eps)
+    _check_unit_interval(gamma, "gamma")
+    _check_finite(step_weight, "step_weight")
+    _check_finite(invalid_penalty, "invalid_penalty")
+    if invalid_penalty < 0:
+        raise ValueError(f"invalid_penalty must be >= 0, got {invalid_penalty!r}")
+    trajs = _traj_codes(traj_ids, groups, num_groups, n, "trajectory")
+    assert trajs is not None
+    step_ids = step_group_codes(
+        anchors, groups, num_groups, similarity, similarity_metric, metric_name="similarity_metric"
+    )
+    if episode_stats not in STATS:
+        raise ValueError(f"episode_stats must be one of {STATS}, got {episode_stats!r}")
+
+    traj_codes, num_trajs = trajs
+    scores = np.bincount(traj_codes, weights=r, minlength=num_trajs)[traj_codes]
+    returns = _discounted_returns(r, traj_codes, float(gamma))
+    if is_action_valid is not None:
+        invalid = ~_to_bool(is_action_valid, "is_action_valid", n)
+        if invalid_penalty:
+            scores = scores - invalid_penalty * invalid
+            returns = returns - invalid_penalty * invalid
+    elif invalid_penalty:
+        raise ValueError("invalid_penalty needs is_action_valid")
+
+    ep_trajs = trajs if episode_stats == "trajectory" else None
+    a_e = _episode(scores, groups, num_groups, ep_trajs, norm, eps)
+    num_step_groups = int(step_ids.max()) + 1 if n else 0
+    a_s = normalize_in_groups(returns, step_ids, num_step_groups, norm, eps)
+    return GiGPOResult(
+        advantages=kind.wrap(a_e + step_weight * a_s),
+        episode_advantages=kind.wrap(a_e),
+        step_advantages=kind.wrap(a_s),
+        returns=kind.wrap(returns),
+        step_group_ids=step_ids,
+    )
+
+
+# ----------------------------------------------------------------------------- internals
+
+
+def _discounted_returns(r: np.ndarray, traj: np.ndarray, gamma: float) -> np.ndarray:
+    """Reverse discounted cumulative sum per trajectory by recursive doubling.
+
+    After the k-th pass, ``g[i]`` holds the discounted sum of the next 2^k rows of row i's
+    trajectory and ``mult[i]`` is gamma^(2^k) while row i + 2^k is still in it (else 0).
+    """
+    n = len(r)
+    if n == 0:
+        return np.zeros(0)
+    order = None
+    if n > 1 and (traj[1:] < traj[:-1]).any():
+        order = np.argsort(traj, kind="stable")
+        r, traj = r[order], traj[order]
+    g = r.copy()
+    mult = np.zeros(n)
+    mult[:-1] = np.where(traj[1:] == traj[:-1], gamma, 0.0)
+    shift = 1
+    while shift < n and mult.any():
+        g[:-shift] += mult[:-shift] * g[shift:]
+        nxt = np.zeros(n)
+        if 2 * shift < n:
+            nxt[: n - 2 * shift] = mult[: n - 2 * shift] * mult[shift : n - shift]
+        mult = nxt
+        shift *= 2
+    if order is None:
+        return g
+    out = np.empty(n)
+    out[order] = g
+    return out
+
+
+def _episode(
+    values: np.ndarray,
+    groups: np.ndarray,
+    num_groups: int,
+    trajs: tuple[np.ndarray, int] | None,
+    norm: str,
+    eps: float,
+) -> np.ndarray:
+    if trajs is None:
+        return normalize_in_groups(values, groups, num_groups, norm, eps)
+    traj_codes, num_trajs = trajs
+    lengths = np.bincount(traj_codes, minlength=num_trajs).astype(np.float64)
+    weights = (1.0 / lengths)[traj_codes]
+    own = None
+    if norm == "loo":
+        own = (np.bincount(traj_codes, weights=values, minlength=num_trajs) / lengths)[traj_codes]
+    return normalize_in_groups(values, groups, num_groups, norm, eps, weights=weights, own=own)
+
+
+def _traj_codes(
+    traj_ids: Any, groups: np.ndarray, num_groups: int, n: int, stats: str
+) -> tuple[np.ndarray, int] | None:
+    if stats not in STATS:
+        raise ValueError(f"stats must be one of {STATS}, got {stats!r}")
+    if stats == "step":
+        if traj_ids is not None:
+            to_ids(traj_ids, "traj_ids", n)  # validated even when unused
+        return None
+    if traj_ids is None:
+        raise ValueError('traj_ids is required with stats="trajectory"')
+    trajs, num_trajs = to_ids(traj_ids, "traj_ids", n)
+    return combine_codes(groups, num_groups, trajs, num_trajs)
+
+
+def _to_bool(x: Any, name: str, n: int) -> np.ndarray:
+    if is_torch_tensor(x):
+        x = x.detach().cpu().numpy()
+    arr = np.asarray(x)
+    if arr.ndim != 1 or len(arr) != n:
+        raise ValueError(f"{name} must have shape ({n},), got {arr.shape}")
+    if arr.dtype == bool:
+        return arr
+    if arr.dtype.kind in "iuf" and np.isin(arr, (0, 1)).all():
+        return arr.astype(bool)
+    raise ValueError(f"{name} must hold booleans (or 0/1), got dtype {arr.dtype}")
+
+
+def _check_finite(x: Any, name: str) -> None:
+    if isinstance(x, bool) or not isinstance(x, (int, float, np.integer, np.floating)):
+        raise ValueError(f"{name} must be a number, got {x!r}")
+    if not np.isfinite(x):
+        raise ValueError(f"{name} must be finite, got {x!r}")
+
+
+def _check_unit_interval(x: Any, name: str) -> None:
+    _check_finite(x, name)
+    if not 0.0 <= x <= 1.0:
+        raise ValueError(f"{name} must be in [0, 1], got {x!r}")

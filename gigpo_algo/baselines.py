@@ -1,0 +1,169 @@
+"""Critic-free episode-level baselines (GRPO family), GAE for PPO, and the DAPO group filter.
+
+The group baselines take one row per sample (a response or a trajectory) with its scalar
+score; to use them on step rows, give every row its trajectory's score (or use
+:func:`gigpo_algo.advantages.episode_advantages`, which can count each trajectory once).
+Inputs may be lists, numpy arrays or torch tensors; a tensor in gives a tensor out.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from gigpo_algo._arrays import check_eps, to_float_array, to_ids
+from gigpo_algo._grouped import normalize_in_groups
+
+
+def _grouped(scores: Any, group_ids: Any, norm: str, eps: float) -> tuple[np.ndarray, Any]:
+    s, kind = to_float_array(scores, "scores")
+    codes, k = to_ids(group_ids, "group_ids", len(s))
+    check_eps(eps)
+    return normalize_in_groups(s, codes, k, norm, eps), kind
+
+
+def grpo(scores: Any, group_ids: Any, *, eps: float = 1e-6) -> Any:
+    """GRPO: ``(score - mean) / (std + eps)`` within each group (std unbiased).
+
+    Args:
+        scores: float, shape (N,).
+        group_ids: shape (N,), ints or strings.
+        eps: added to the std.
+
+    Returns:
+        float, shape (N,); singleton groups get 0.
+    """
+    out, kind = _grouped(scores, group_ids, "mean_std", eps)
+    return kind.wrap(out)
+
+
+def dr_grpo(scores: Any, group_ids: Any) -> Any:
+    """Dr. GRPO (Liu et al. 2025): ``score - mean`` within each group, no std division.
+
+    Pair it with ``aggregate_loss(..., mode="seq-mean-token-sum-norm")`` for the full method.
+
+    Args:
+        scores: float, shape (N,).
+        group_ids: shape (N,).
+
+    Returns:
+        float, shape (N,); singleton groups get 0.
+    """
+    out, kind = _grouped(scores, group_ids, "mean", 0.0)
+    return kind.wrap(out)
+
+
+def rloo(scores: Any, group_ids: Any) -> Any:
+    """RLOO (Ahmadian et al. 2024): score minus the mean of the *other* members of its group.
+
+    Equals ``n / (n - 1) * (score - mean)`` for a group of n.
+
+    Args:
+        scores: float, shape (N,).
+        group_ids: shape (N,).
+
+    Returns:
+        float, shape (N,); singleton groups get 0.
+    """
+    out, kind = _grouped(scores, group_ids, "loo", 0.0)
+    return kind.wrap(out)
+
+
+def reinforce_pp_baseline(scores: Any, group_ids: Any, *, eps: float = 1e-6) -> Any:
+    """REINFORCE++-baseline (Hu et al. 2025): group-mean baseline, then batch whitening.
+
+    ``a = score - group mean``; returns ``(a - mean(a)) / (std(a) + eps)`` over the whole
+    batch (unbiased std). OpenRLHF whitens over tokens; this whitens over rows.
+
+    Args:
+        scores: float, shape (N,).
+        group_ids: shape (N,).
+        eps: added to the batch std.
+
+    Returns:
+        float, shape (N,).
+    """
+    a, kind = _grouped(scores, group_ids, "mean", 0.0)
+    if len(a) < 2:
+        return kind.wrap(np.zeros_like(a))
+    centered = a - a.mean()
+    std = centered.std(ddof=1)
+    return kind.wrap(centered / (std + eps) if std + eps > 0 else centered)
+
+
+def filter_uniform_groups(scores: Any, group_ids: Any, *, atol: float = 0.0) -> np.ndarray:
+    """DAPO's dynamic sampling filter: keep only groups whose scores are not all equal.
+
+    A group whose members all scored the same gives zero relative advantage everywhere, so
+    DAPO drops it (and samples more groups). Singleton groups are dropped too.
+
+    Args:
+        scores: float, shape (N,).
+        group_ids: shape (N,).
+        atol: scores within ``atol`` of each other count as equal.
+
+    Returns:
+        bool numpy array, shape (N,): True for rows of the groups to keep.
+    """
+    s, _ = to_float_array(scores, "scores")
+    codes, k = to_ids(group_ids, "group_ids", len(s))
+    if not (np.isfinite(atol) and atol >= 0):
+        raise ValueError(f"atol must be a finite number >= 0, got {atol!r}")
+    hi = np.full(k, -np.inf)
+    lo = np.full(k, np.inf)
+    np.maximum.at(hi, codes, s)
+    np.minimum.at(lo, codes, s)
+    return (hi - lo > atol)[codes]
+
+
+def gae(
+    rewards: Any,
+    values: Any,
+    response_mask: Any,
+    *,
+    gamma: float = 1.0,
+    lam: float = 1.0,
+) -> tuple[Any, Any]:
+    """Generalized advantage estimation over response tokens (the PPO baseline).
+
+    Positions where ``response_mask`` is 0 (padding, or environment tokens between the turns
+    of a multi-turn sequence) are skipped: the recursion carries the next valid token's value
+    and advantage across them, and they get advantage 0.
+
+    Args:
+        rewards: float, shape (B, T): per-token rewards (typically the reward at each turn's
+            last token, minus a KL penalty).
+        values: float, shape (B, T): critic values V(s_t).
+        response_mask: shape (B, T), 1 for tokens the policy generated.
+        gamma: discount per token, in [0, 1].
+        lam: GAE lambda, in [0, 1].
+
+    Returns:
+        ``(advantages, returns)``, each float, shape (B, T); ``returns = advantages + values``
+        on response tokens and 0 elsewhere. Not whitened.
+    """
+    r, kind = to_float_array(rewards, "rewards", ndim=2)
+    v, _ = to_float_array(values, "values", ndim=2)
+    m, _ = to_float_array(response_mask, "response_mask", ndim=2)
+    if v.shape != r.shape or m.shape != r.shape:
+        raise ValueError(
+            f"rewards, values and response_mask must have the same shape, got "
+            f"{r.shape}, {v.shape}, {m.shape}"
+        )
+    for name, x in (("gamma", gamma), ("lam", lam)):
+        if not (np.isfinite(x) and 0.0 <= x <= 1.0):
+            raise ValueError(f"{name} must be in [0, 1], got {x!r}")
+    batch, length = r.shape
+    adv = np.zeros_like(r)
+    next_value = np.zeros(batch)
+    running = np.zeros(batch)
+    for t in range(length - 1, -1, -1):
+        mask_t = m[:, t]
+        delta = r[:, t] + gamma * next_value - v[:, t]
+        candidate = delta + gamma * lam * running
+        running = np.where(mask_t > 0, candidate, running)
+        next_value = np.where(mask_t > 0, v[:, t], next_value)
+        adv[:, t] = np.where(mask_t > 0, candidate, 0.0)
+    returns = np.where(m > 0, adv + v, 0.0)
+    return kind.wrap(adv), kind.wrap(returns)

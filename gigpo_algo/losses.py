@@ -1,0 +1,163 @@
+"""Policy-gradient losses: the PPO clipped surrogate, KL estimators, and loss aggregation.
+
+Each function works on per-token arrays of shape (B, T) (B sequences, T response tokens) and
+accepts numpy arrays, lists or torch tensors. With tensors, everything stays in torch, so the
+result keeps its autograd graph; no value is moved between devices or synchronised.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gigpo_algo._backend import backend, first_tensor
+
+KL_ESTIMATORS = ("k1", "k2", "k3")
+AGGREGATIONS = (
+    "token-mean",
+    "seq-mean-token-sum",
+    "seq-mean-token-mean",
+    "seq-mean-token-sum-norm",
+)
+# exp() of a log-ratio beyond this overflows float16/bfloat16 and means the policy moved
+# far off its rollout policy anyway; the ratio is then clipped by PPO.
+MAX_LOG_RATIO = 20.0
+
+
+def _same_shapes(**arrays: Any) -> tuple[int, ...]:
+    shapes = {name: tuple(getattr(a, "shape", ())) for name, a in arrays.items()}
+    first_name, first = next(iter(shapes.items()))
+    if len(first) != 2:
+        raise ValueError(f"{first_name} must have shape (B, T), got {first}")
+    for name, shape in shapes.items():
+        if shape != first:
+            raise ValueError(f"{name} has shape {shape}, expected {first} like {first_name}")
+    return first
+
+
+def _as_arrays(**arrays: Any) -> tuple[Any, list[Any]]:
+    xp = backend(*arrays.values())
+    like = first_tensor(*arrays.values())
+    return xp, [xp.asarray(a, like) for a in arrays.values()]
+
+
+def ppo_clip_loss(
+    log_probs: Any,
+    old_log_probs: Any,
+    advantages: Any,
+    *,
+    clip_low: float = 0.2,
+    clip_high: float = 0.2,
+    dual_clip: float | None = None,
+) -> Any:
+    """Per-token PPO clipped surrogate loss (to minimise), with optional dual clip.
+
+    ``ratio = exp(log_probs - old_log_probs)``;
+    ``loss = max(-A * ratio, -A * clip(ratio, 1 - clip_low, 1 + clip_high))``; with
+    ``dual_clip = c > 1`` (Ye et al. 2020), tokens with ``A < 0`` use ``min(loss, -A * c)``,
+    which bounds the loss when the ratio explodes on a negative advantage. Asymmetric
+    ``clip_high > clip_low`` is DAPO's clip-higher.
+
+    Args:
+        log_probs: float, shape (B, T): log pi_theta of the response tokens.
+        old_log_probs: float, shape (B, T): log-probs under the rollout policy.
+        advantages: float, shape (B, T): per-token advantages (see
+            :mod:`gigpo_algo.tokens`).
+        clip_low, clip_high: clip range, each >= 0.
+        dual_clip: None, or c > 1.
+
+    Returns:
+        Per-token loss, shape (B, T); reduce it with :func:`aggregate_loss`.
+    """
+    _same_shapes(log_probs=log_probs, old_log_probs=old_log_probs, advantages=advantages)
+    if not (clip_low >= 0 and clip_high >= 0):
+        raise ValueError(f"clip_low and clip_high must be >= 0, got {clip_low}, {clip_high}")
+    if clip_low >= 1:
+        raise ValueError(f"clip_low must be < 1, got {clip_low}")
+    if dual_clip is not None and not dual_clip > 1:
+        raise ValueError(f"dual_clip must be > 1 or None, got {dual_clip!r}")
+    xp, (lp, old, adv) = _as_arrays(
+        log_probs=log_probs, old_log_probs=old_log_probs, advantages=advantages
+    )
+    ratio = xp.exp(xp.clip(lp - old, -MAX_LOG_RATIO, MAX_LOG_RATIO))
+    unclipped = -adv * ratio
+    clipped = -adv * xp.clip(ratio, 1.0 - clip_low, 1.0 + clip_high)
+    loss = xp.maximum(unclipped, clipped)
+    if dual_clip is not None:
+        loss = xp.where(adv < 0, xp.minimum(loss, -adv * dual_clip), loss)
+    return loss
+
+
+def kl_penalty(log_probs: Any, ref_log_probs: Any, *, estimator: str = "k3") -> Any:
+    """Per-token estimate of KL(pi_theta || pi_ref) from samples of pi_theta.
+
+    With ``d = ref_log_probs - log_probs``: ``"k1"`` = -d (unbiased, high variance, can be
+    negative); ``"k2"`` = d^2 / 2 (biased, low variance); ``"k3"`` = exp(d) - d - 1
+    (unbiased and always >= 0: Schulman's low-variance estimator, used by GRPO).
+
+    Args:
+        log_probs: float, shape (B, T).
+        ref_log_probs: float, shape (B, T): log-probs under the frozen reference.
+        estimator: ``"k1"``, ``"k2"`` or ``"k3"``.
+
+    Returns:
+        float, shape (B, T), in nats.
+    """
+    _same_shapes(log_probs=log_probs, ref_log_probs=ref_log_probs)
+    if estimator not in KL_ESTIMATORS:
+        raise ValueError(f"estimator must be one of {KL_ESTIMATORS}, got {estimator!r}")
+    xp, (lp, ref) = _as_arrays(log_probs=log_probs, ref_log_probs=ref_log_probs)
+    d = ref - lp
+    if estimator == "k1":
+        return -d
+    if estimator == "k2":
+        return 0.5 * d * d
+    d = xp.clip(d, -MAX_LOG_RATIO, MAX_LOG_RATIO)
+    return xp.exp(d) - d - 1.0
+
+
+def aggregate_loss(
+    loss: Any,
+    response_mask: Any,
+    *,
+    mode: str = "token-mean",
+    norm_length: int | None = None,
+) -> Any:
+    """Reduce a per-token loss to a scalar over the response tokens.
+
+    Modes:
+        ``"token-mean"``: sum over all tokens / number of tokens (DAPO; every token counts
+        the same, so long responses weigh more).
+        ``"seq-mean-token-sum"``: mean over sequences of each sequence's token sum.
+        ``"seq-mean-token-mean"``: mean over sequences of each sequence's token mean (the
+        original GRPO); sequences with no response token are left out.
+        ``"seq-mean-token-sum-norm"``: sum over all tokens / (B * norm_length) (Dr. GRPO's
+        constant normaliser; ``norm_length`` defaults to T).
+
+    Args:
+        loss: float, shape (B, T).
+        response_mask: shape (B, T), 1 for response tokens, 0 for padding / env tokens.
+        mode: one of the above.
+        norm_length: positive int, for ``"seq-mean-token-sum-norm"`` only.
+
+    Returns:
+        A scalar (0-d tensor for torch input). 0 when the mask is all zeros.
+    """
+    batch, length = _same_shapes(loss=loss, response_mask=response_mask)
+    if mode not in AGGREGATIONS:
+        raise ValueError(f"mode must be one of {AGGREGATIONS}, got {mode!r}")
+    if norm_length is not None and (isinstance(norm_length, bool) or not norm_length > 0):
+        raise ValueError(f"norm_length must be a positive int, got {norm_length!r}")
+    xp, (x, mask) = _as_arrays(loss=loss, response_mask=response_mask)
+    masked = x * mask
+    if mode == "token-mean":
+        return xp.sum(masked) / xp.maximum(xp.sum(mask), xp.asarray(1.0, x))
+    if mode == "seq-mean-token-sum-norm":
+        return xp.sum(masked) / float(max(batch, 1) * (norm_length or length))
+    per_seq = xp.sum(masked, axis=1)
+    if mode == "seq-mean-token-sum":
+        return xp.sum(per_seq) / float(max(batch, 1))
+    tokens = xp.sum(mask, axis=1)
+    has_tokens = tokens > 0
+    one = xp.asarray(1.0, x)
+    seq_means = xp.where(has_tokens, per_seq / xp.maximum(tokens, one), 0.0 * per_seq)
+    return xp.sum(seq_means) / xp.maximum(xp.sum(has_tokens * 1.0), one)
