@@ -169,6 +169,7 @@ def similarity_groups(
     *,
     metric: str = "difflib",
     upper_bound: str = "auto",
+    matcher: str = "auto",
 ) -> np.ndarray:
     """Greedy first-fit similarity clustering inside each episode group.
 
@@ -180,6 +181,10 @@ def similarity_groups(
         upper_bound: for ``"difflib"``, how candidate clusters are pruned before the exact
             ratio is computed: ``"auto"`` (rapidfuzz's Indel similarity when installed, else
             character counts), ``"indel"``, ``"counts"``. Every choice gives the same result.
+        matcher: for ``"difflib"``, the ``SequenceMatcher`` that computes the exact ratio:
+            ``"auto"`` (``cydifflib``, a compiled implementation of difflib's algorithm,
+            when installed with ``pip install "gigpo[fast]"``; else the standard library),
+            ``"stdlib"`` or ``"cydifflib"``. Both compute the same ratios.
 
     Returns:
         int64 step-group ids, shape (N,), in order of first appearance.
@@ -191,7 +196,7 @@ def similarity_groups(
     if metric == "indel":
         similar = _indel_similar(threshold)
     else:
-        similar = _DifflibFirstFit(threshold, upper_bound)
+        similar = _DifflibFirstFit(threshold, upper_bound, matcher)
     for rows in np.split(order, bounds):
         if len(rows) == 0:
             continue
@@ -251,10 +256,13 @@ class _DifflibFirstFit:
        is below t can be skipped without computing the ratio.
     3. A ``SequenceMatcher`` with a fixed second sequence caches its index of it, so each
        representative's index is built once.
+    4. The ratio is only compared with t, so difflib's block search can stop as soon as the
+       outcome is certain (see :func:`_ratio_reaches`).
     """
 
-    def __init__(self, threshold: float, upper_bound: str) -> None:
+    def __init__(self, threshold: float, upper_bound: str, matcher: str = "auto") -> None:
         self.threshold = threshold
+        self.matcher_cls = _matcher_class(matcher)
         if upper_bound == "auto":
             try:
                 from rapidfuzz.distance import Indel  # noqa: F401
@@ -270,7 +278,7 @@ class _DifflibFirstFit:
         t = self.threshold
         seen: dict[str, int] = {}
         reps: list[str] = []
-        matchers: list[difflib.SequenceMatcher] = []
+        matchers: list[Any] = []
         out = np.empty(len(texts), dtype=np.int64)
         counts = _CharCounts(list(dict.fromkeys(texts))) if self.upper_bound == "counts" else None
         indel = _rapidfuzz() if self.upper_bound == "indel" else None
@@ -280,18 +288,16 @@ class _DifflibFirstFit:
             if found is None:
                 found = -1
                 if reps:
+                    sub_bound = indel.Indel.similarity if indel is not None else _shorter
                     for j in self._candidates(text, reps, rep_lengths, counts, indel):
-                        m = matchers[j]
-                        m.set_seq1(text)
-                        if m.ratio() >= t:
+                        if _ratio_reaches(matchers[j], text, reps[j], t, sub_bound):
                             found = j
                             break
                 if found < 0:
                     found = len(reps)
                     reps.append(text)
                     rep_lengths.append(len(text))
-                    m = difflib.SequenceMatcher(None)
-                    m.set_seq2(text)
+                    m = self.matcher_cls(None, "", text)
                     matchers.append(m)
                     if counts is not None:
                         counts.add_rep(text)
@@ -322,6 +328,65 @@ class _DifflibFirstFit:
         with np.errstate(divide="ignore", invalid="ignore"):
             bound = np.where(total > 0, 2.0 * common / total, 1.0)
         return np.flatnonzero(bound >= t).tolist()
+
+
+def _shorter(a: str, b: str) -> int:
+    return min(len(a), len(b))
+
+
+def _ratio_reaches(
+    matcher: Any, a: str, b: str, threshold: float, bound: Callable[[str, str], int]
+) -> bool:
+    """``SequenceMatcher(None, a, b).ratio() >= threshold``, decided early when possible.
+
+    ``matcher`` already holds ``b`` as its second sequence. difflib's ratio is ``2*M/T``
+    where M sums the blocks that ``get_matching_blocks`` finds by recursive longest-match
+    search over sub-rectangles of (a, b). The blocks found so far are a lower bound of M;
+    adding ``bound`` (an upper bound on matches, e.g. the LCS) of every rectangle still to
+    search gives an upper bound. The same blocks are found whatever the search order, so
+    stopping when either bound settles the comparison gives exactly ratio() >= threshold.
+    """
+    total = len(a) + len(b)
+    if total == 0:
+        return 1.0 >= threshold  # difflib's ratio of two empty strings
+    matcher.set_seq1(a)
+    found = 0
+    stack = [(0, len(a), 0, len(b), bound(a, b))]
+    pending = stack[0][4]
+    while stack:
+        alo, ahi, blo, bhi, rect_bound = stack.pop()
+        pending -= rect_bound
+        i, j, k = matcher.find_longest_match(alo, ahi, blo, bhi)
+        if k:
+            found += k
+            if 2.0 * found / total >= threshold:
+                return True
+            if alo < i and blo < j:
+                left = bound(a[alo:i], b[blo:j])
+                stack.append((alo, i, blo, j, left))
+                pending += left
+            if i + k < ahi and j + k < bhi:
+                right = bound(a[i + k : ahi], b[j + k : bhi])
+                stack.append((i + k, ahi, j + k, bhi, right))
+                pending += right
+        if 2.0 * (found + pending) / total < threshold:
+            return False
+    return 2.0 * found / total >= threshold
+
+
+def _matcher_class(matcher: str) -> Any:
+    """The SequenceMatcher class to use: cydifflib's when available (same results, faster)."""
+    if matcher not in ("auto", "stdlib", "cydifflib"):
+        raise ValueError(f"matcher must be auto, stdlib or cydifflib, got {matcher!r}")
+    if matcher != "stdlib":
+        try:
+            import cydifflib
+
+            return cydifflib.SequenceMatcher
+        except ImportError:
+            if matcher == "cydifflib":
+                raise ImportError('matcher="cydifflib" needs: pip install "gigpo[fast]"') from None
+    return difflib.SequenceMatcher
 
 
 class _CharCounts:

@@ -198,11 +198,16 @@ def texts(draw):
     return out
 
 
-@settings(max_examples=150, deadline=None)
-@given(texts(), st.sampled_from([0.5, 0.8, 0.9, 0.95, 0.99]), st.sampled_from(["indel", "counts"]))
-def test_similarity_partition_equals_difflib_first_fit(txts, threshold, bound):
+@settings(max_examples=200, deadline=None)
+@given(
+    texts(),
+    st.sampled_from([0.5, 0.8, 0.9, 0.95, 0.99]),
+    st.sampled_from(["indel", "counts"]),
+    st.sampled_from(["stdlib", "cydifflib"]),
+)
+def test_similarity_partition_equals_difflib_first_fit(txts, threshold, bound, matcher):
     groups = np.array([i % 2 for i in range(len(txts))])
-    ours = similarity_groups(txts, groups, threshold, upper_bound=bound)
+    ours = similarity_groups(txts, groups, threshold, upper_bound=bound, matcher=matcher)
     ref = naive_similarity_clusters(txts, groups.tolist(), threshold)
     np.testing.assert_array_equal(ours, factorize_hashables(ref)[0])
 
@@ -219,9 +224,10 @@ def test_similarity_long_texts_use_autojunk_like_difflib():
             t[k] = rng.choice(list("abcdefgh "))
         txts.append("".join(t))
     for threshold in (0.6, 0.9, 0.97):
-        ours = anchor_groups(txts, [0] * len(txts), similarity=threshold)
         ref = naive_similarity_clusters(txts, [0] * len(txts), threshold)
-        np.testing.assert_array_equal(ours, factorize_hashables(ref)[0])
+        for matcher in ("stdlib", "cydifflib"):
+            ours = similarity_groups(txts, np.zeros(len(txts), int), threshold, matcher=matcher)
+            np.testing.assert_array_equal(ours, factorize_hashables(ref)[0])
 
 
 def test_indel_metric_is_an_upper_bound_grouping():
