@@ -134,8 +134,15 @@ def naive_gigpo(
     uid_of_row = np.array([str(k) for k in traj_key], dtype=object)
     returns_by_uid: dict[Any, list[float]] = {}
     episode_sum: dict[Any, float] = {}
-    for uid in dict.fromkeys(uid_of_row.tolist()):
-        rows = np.where(uid_of_row == uid)[0].tolist()
+    if style == "official":  # one scan of the whole batch per trajectory
+        rows_of = {
+            uid: np.where(uid_of_row == uid)[0].tolist() for uid in dict.fromkeys(uid_of_row)
+        }
+    else:
+        rows_of = defaultdict(list)
+        for i, uid in enumerate(uid_of_row.tolist()):
+            rows_of[uid].append(i)
+    for uid, rows in rows_of.items():
         traj_returns = [0.0] * len(rows)
         running = 0.0
         for t in reversed(range(len(rows))):

@@ -8,6 +8,7 @@ torch is never imported here unless a tensor is passed in.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -99,9 +100,10 @@ def factorize_hashables(values: Sequence[Any]) -> tuple[np.ndarray, dict[Any, in
 
     Returns the codes, shape (N,) int64, and the table from each distinct value to its code.
     """
-    table: dict[Any, int] = {}
-    codes = [table.setdefault(v, len(table)) for v in values]
-    return np.fromiter(codes, dtype=np.int64, count=len(codes)), table
+    # dict.fromkeys keeps first-appearance order; both passes run in C.
+    table = dict(zip(dict.fromkeys(values), itertools.count()))
+    codes = np.fromiter(map(table.__getitem__, values), dtype=np.int64, count=len(values))
+    return codes, table
 
 
 def to_ids(x: Any, name: str, n: int | None = None) -> tuple[np.ndarray, int]:
@@ -140,7 +142,16 @@ def to_ids(x: Any, name: str, n: int | None = None) -> tuple[np.ndarray, int]:
                 raise ValueError(
                     f"{name} must be a sequence of ids, got {type(x).__name__}"
                 ) from None
+        if len(x) and type(x[0]) is int:
+            as_array = np.asarray(x)  # a list of ints: the numeric path is faster
+            if as_array.dtype.kind in "iu" and as_array.ndim == 1:
+                codes, k = factorize_ints(as_array)
+                return _checked_length(codes, k, name, n)
         codes, k = _factorize_objects(x, name)
+    return _checked_length(codes, k, name, n)
+
+
+def _checked_length(codes: np.ndarray, k: int, name: str, n: int | None) -> tuple[np.ndarray, int]:
     if n is not None and len(codes) != n:
         raise ValueError(f"{name} has length {len(codes)}, expected {n}")
     return codes, k

@@ -14,7 +14,7 @@ from gigpo_algo.advantages import (
     gigpo_advantages,
     grpo,
 )
-from gigpo_algo.grouping import similarity_groups
+from gigpo_algo.similarity import similarity_groups
 
 
 @st.composite
