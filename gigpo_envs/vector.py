@@ -1,0 +1,148 @@
+"""Group rollouts: ``num_groups x group_size`` environments on Gymnasium's vector API.
+
+Sub-environment ``i`` belongs to group ``i // group_size``. On every explicit reset all
+members of a group get the same seed, so they start from the same state; different groups
+get different seeds. ``reset(seed=s)`` seeds group ``g`` with ``s + g``; the ``r``-th reset
+without a seed after that uses ``s + g + r * num_groups``, so rounds never repeat a state.
+
+Autoreset follows Gymnasium 1.x's ``NEXT_STEP`` mode (the default): the step after an episode
+ends, that sub-environment is reset instead of stepped, its action is ignored, and it returns
+the new first observation with reward 0 and ``terminated = truncated = False``. The
+sub-environment resets without a seed, which in a :class:`~gigpo_envs.base.TextEnv` means
+"the next seed of my seed chain" (see :func:`~gigpo_envs.base.next_episode_seed`). Members of
+a group share their chain, so the ``k``-th episode of every member of a group starts from the
+same state, even when the members finish their episodes at different steps.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv, VectorEnv, VectorWrapper
+
+
+def _make_env(
+    env_id: str, env_kwargs: dict[str, Any], wrappers: tuple[Callable[[gym.Env], gym.Env], ...]
+) -> gym.Env:
+    import gigpo_envs  # noqa: F401  (registers the gigpo/ ids in worker processes too)
+
+    env = gym.make(env_id, **env_kwargs)
+    for wrapper in wrappers:
+        env = wrapper(env)
+    return env
+
+
+class GroupVectorEnv(VectorWrapper):
+    """A vector env of ``num_groups`` groups of ``group_size`` same-start environments.
+
+    Attributes:
+      num_groups, group_size: the layout; ``num_envs == num_groups * group_size``.
+      group_ids: int64 array, shape ``(num_envs,)``: the group of each sub-environment.
+      anchors: object array, shape ``(num_envs,)``: ``info["anchor"]`` of each
+        sub-environment's current observation (after the last reset or step).
+      group_seeds: int64 array, shape ``(num_groups,)``: the seeds of the last explicit reset.
+
+    ``reset`` and ``step`` also put ``group_id`` (same as ``group_ids``) into ``info``.
+    """
+
+    def __init__(self, env: VectorEnv, num_groups: int, group_size: int, seed: int) -> None:
+        super().__init__(env)
+        self.num_groups = num_groups
+        self.group_size = group_size
+        self.group_ids = np.repeat(np.arange(num_groups, dtype=np.int64), group_size)
+        self.anchors = np.full(num_groups * group_size, None, dtype=object)
+        self.group_seeds = np.zeros(num_groups, dtype=np.int64)
+        self._base_seed = seed
+        self._round = 0
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[Any, dict[str, Any]]:
+        """Resets every sub-environment; members of a group get the same seed.
+
+        Args:
+          seed: None for the next round of seeds; an int ``s`` to restart the seed
+            schedule at ``s`` (group ``g`` gets ``s + g``).
+          options: passed to every sub-environment.
+        """
+        if seed is not None:
+            if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0:
+                raise ValueError(f"seed must be a non-negative int or None, got {seed!r}")
+            self._base_seed, self._round = int(seed), 0
+        first = self._base_seed + self._round * self.num_groups
+        self._round += 1
+        self.group_seeds = np.arange(first, first + self.num_groups, dtype=np.int64)
+        env_seeds = [int(s) for s in np.repeat(self.group_seeds, self.group_size)]
+        observations, infos = self.env.reset(seed=env_seeds, options=options)
+        return observations, self._annotate(infos)
+
+    def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        """Steps every sub-environment with its raw action text (a sequence of ``num_envs`` str)."""
+        observations, rewards, terminations, truncations, infos = self.env.step(tuple(actions))
+        return observations, rewards, terminations, truncations, self._annotate(infos)
+
+    def get_attr(self, name: str) -> tuple[Any, ...]:
+        """Returns attribute ``name`` of every sub-environment."""
+        return self.env.get_attr(name)
+
+    def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
+        """Calls method ``name`` of every sub-environment; e.g. ``call("state_key")``."""
+        return self.env.call(name, *args, **kwargs)
+
+    def _annotate(self, infos: dict[str, Any]) -> dict[str, Any]:
+        if "anchor" in infos:
+            mask = infos.get("_anchor", np.ones(self.num_envs, dtype=bool))
+            self.anchors[mask] = infos["anchor"][mask]
+        infos["group_id"] = self.group_ids.copy()
+        return infos
+
+
+def make_group_vec(
+    env_id: str,
+    num_groups: int,
+    group_size: int,
+    seed: int = 0,
+    vectorization: str = "sync",
+    autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP,
+    wrappers: Sequence[Callable[[gym.Env], gym.Env]] = (),
+    **env_kwargs: Any,
+) -> GroupVectorEnv:
+    """Builds ``num_groups * group_size`` copies of ``env_id`` for group rollouts.
+
+    Args:
+      env_id: a registered id, e.g. ``"gigpo/Sokoban-v0"``.
+      num_groups: number of groups (different start states).
+      group_size: environments per group (same start state).
+      seed: the seed schedule's start: the first reset seeds group ``g`` with ``seed + g``.
+      vectorization: ``"sync"`` (one process) or ``"async"`` (one worker process per env).
+      autoreset_mode: Gymnasium autoreset mode; ``NEXT_STEP`` (default) is documented above.
+      wrappers: applied in order to every sub-environment, e.g.
+        ``[functools.partial(HistoryPrompt, history_length=2)]`` for prompts as observations
+        (must be picklable for ``"async"``).
+      **env_kwargs: passed to ``gymnasium.make`` for every sub-environment.
+
+    Returns:
+      A :class:`GroupVectorEnv`; observations are tuples of ``num_envs`` strings, actions a
+      sequence of ``num_envs`` strings.
+    """
+    for name, value in (("num_groups", num_groups), ("group_size", group_size)):
+        if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
+            raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+    if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0:
+        raise ValueError(f"seed must be a non-negative int, got {seed!r}")
+    gym.spec(env_id)  # raises a clear error for an unknown id, before any worker starts
+    env_fns = [
+        functools.partial(_make_env, env_id, dict(env_kwargs), tuple(wrappers))
+        for _ in range(num_groups * group_size)
+    ]
+    if vectorization == "sync":
+        env: VectorEnv = SyncVectorEnv(env_fns, autoreset_mode=autoreset_mode)
+    elif vectorization == "async":
+        env = AsyncVectorEnv(env_fns, shared_memory=False, autoreset_mode=autoreset_mode)
+    else:
+        raise ValueError(f"vectorization must be 'sync' or 'async', got {vectorization!r}")
+    return GroupVectorEnv(env, int(num_groups), int(group_size), int(seed))
