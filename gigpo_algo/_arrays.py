@@ -135,7 +135,9 @@ def to_ids(x: Any, name: str, n: int | None = None) -> tuple[np.ndarray, int]:
         else:
             raise ValueError(f"{name} has unsupported dtype {x.dtype}")
     else:
-        if isinstance(x, (str, bytes)) or not isinstance(x, Sequence):
+        if isinstance(x, (str, bytes)):
+            raise ValueError(f"{name} must be a sequence of ids, not a single {type(x).__name__}")
+        if not isinstance(x, Sequence):
             try:
                 x = list(x)
             except TypeError:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from gigpo_algo._backend import backend, first_tensor
 
 KL_ESTIMATORS = ("k1", "k2", "k3")
@@ -24,7 +26,7 @@ MAX_LOG_RATIO = 20.0
 
 
 def _same_shapes(**arrays: Any) -> tuple[int, ...]:
-    shapes = {name: tuple(getattr(a, "shape", ())) for name, a in arrays.items()}
+    shapes = {name: tuple(np.shape(a)) for name, a in arrays.items()}
     first_name, first = next(iter(shapes.items()))
     if len(first) != 2:
         raise ValueError(f"{first_name} must have shape (B, T), got {first}")

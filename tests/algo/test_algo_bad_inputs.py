@@ -68,6 +68,7 @@ CASES = [
     (lambda: discounted_returns(R, T[:2], 0.9), "traj_ids"),
     (lambda: anchor_groups(A, G, similarity=0.5, metric="levenshtein"), "metric"),
     (lambda: grpo([1.0, None], [0, 0]), "scores"),
+    (lambda: grpo([1.0, 2.0], "ab"), "group_ids"),
     (lambda: filter_uniform_groups(R, G, atol=-1), "atol"),
     (lambda: gae(np.zeros((2, 3)), np.zeros((2, 4)), np.ones((2, 3))), "values"),
     (lambda: gae(np.zeros((2, 3)), np.zeros((2, 3)), np.ones((2, 3)), lam=2.0), "lam"),
