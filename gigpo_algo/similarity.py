@@ -8,6 +8,7 @@ rapidfuzz's normalized Indel similarity (``metric="indel"``).
 from __future__ import annotations
 
 import difflib
+import heapq
 from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
@@ -206,11 +207,12 @@ def _ratio_reaches(
         return 1.0 >= threshold  # difflib's ratio of two empty strings
     matcher.set_seq1(a)
     found = 0
-    stack = [(0, len(a), 0, len(b), bound(a, b))]
-    pending = stack[0][4]
-    while stack:
-        alo, ahi, blo, bhi, rect_bound = stack.pop()
-        pending -= rect_bound
+    # Largest bound first: it holds the most uncertainty, so the decision comes soonest.
+    pending = bound(a, b)
+    heap = [(-pending, 0, len(a), 0, len(b))]
+    while heap:
+        neg_bound, alo, ahi, blo, bhi = heapq.heappop(heap)
+        pending += neg_bound
         i, j, k = matcher.find_longest_match(alo, ahi, blo, bhi)
         if k:
             found += k
@@ -218,11 +220,11 @@ def _ratio_reaches(
                 return True
             if alo < i and blo < j:
                 left = bound(a[alo:i], b[blo:j])
-                stack.append((alo, i, blo, j, left))
+                heapq.heappush(heap, (-left, alo, i, blo, j))
                 pending += left
             if i + k < ahi and j + k < bhi:
                 right = bound(a[i + k : ahi], b[j + k : bhi])
-                stack.append((i + k, ahi, j + k, bhi, right))
+                heapq.heappush(heap, (-right, i + k, ahi, j + k, bhi))
                 pending += right
         if 2.0 * (found + pending) / total < threshold:
             return False
