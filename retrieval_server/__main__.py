@@ -1,0 +1,189 @@
+"""Command line: build an index, serve it.
+
+    python -m retrieval_server index --corpus wiki.jsonl --out INDEX_DIR [--backend bm25s]
+    python -m retrieval_server serve --index INDEX_DIR [--host 127.0.0.1] [--port 8000]
+    python -m retrieval_server serve --corpus wiki.jsonl   # bm25s index built in memory
+
+``serve`` prints one line ``listening on http://HOST:PORT`` once the index is loaded and
+the socket is bound (``--port 0`` picks a free port and prints it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import fields
+
+from retrieval_server.backends import BACKENDS, BackendError, get_backend, load_backend
+from retrieval_server.backends.base import read_meta
+from retrieval_server.corpus import CorpusError, read_corpus
+
+
+def _build_options(args: argparse.Namespace) -> dict:
+    options = {"show_progress": not args.quiet}
+    for name in (
+        "k1",
+        "b",
+        "model",
+        "index_type",
+        "threads",
+        "batch_size",
+        "max_seq_length",
+        "normalize",
+        "device",
+    ):
+        value = getattr(args, name)
+        if value is not None:
+            options[name] = value
+    if args.no_stemmer:
+        options["stemmer"] = None
+    return options
+
+
+def index_command(args: argparse.Namespace) -> int:
+    """Builds and saves an index; returns the exit status."""
+    started = time.perf_counter()
+    try:
+        docs = read_corpus(args.corpus, show_progress=not args.quiet)
+        backend = get_backend(args.backend).build(docs, **_build_options(args))
+        backend.save(args.out)
+    except (CorpusError, BackendError, ValueError, TypeError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    seconds = time.perf_counter() - started
+    print(
+        f"indexed {len(backend)} documents with {args.backend} into {args.out} in {seconds:.1f} s"
+    )
+    return 0
+
+
+def serve_command(args: argparse.Namespace) -> int:
+    """Loads an index and serves it until interrupted; returns the exit status."""
+    import uvicorn
+
+    from retrieval_server.app import INDEX_ENV, LIMITS_ENV, Limits, create_app
+
+    try:
+        limits = Limits(
+            **{
+                f.name: getattr(args, f.name)
+                for f in fields(Limits)
+                if getattr(args, f.name, None) is not None
+            }
+        )
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    if (args.index is None) == (args.corpus is None):
+        print("error: give exactly one of --index DIR or --corpus FILE", file=sys.stderr)
+        return 2
+    if args.workers > 1:
+        try:
+            if args.index is None:
+                raise BackendError("--workers > 1 needs a saved --index")
+            read_meta(args.index)
+        except BackendError as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
+    sock = socket.socket(socket.AF_INET6 if ":" in args.host else socket.AF_INET)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((args.host, args.port))
+    except OSError as error:
+        print(f"error: cannot listen on {args.host}:{args.port}: {error}", file=sys.stderr)
+        return 2
+    port = sock.getsockname()[1]
+    if args.workers > 1:
+        os.environ[INDEX_ENV] = os.path.abspath(args.index)
+        os.environ[LIMITS_ENV] = json.dumps(
+            {f.name: getattr(limits, f.name) for f in fields(limits)}
+        )
+        config = uvicorn.Config(
+            "retrieval_server.app:create_app_from_env",
+            factory=True,
+            workers=args.workers,
+            log_level=args.log_level,
+        )
+        print(f"listening on http://{args.host}:{port} ({args.workers} workers)", flush=True)
+        from uvicorn.supervisors import Multiprocess
+
+        Multiprocess(config, sockets=[sock]).run()
+        return 0
+    try:
+        if args.index is not None:
+            backend = load_backend(args.index)
+        else:
+            backend = get_backend(args.backend).build(read_corpus(args.corpus))
+    except (BackendError, CorpusError, ValueError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    app = create_app(backend, limits)
+    config = uvicorn.Config(app, log_level=args.log_level, access_log=False)
+    server = uvicorn.Server(config)
+    print(
+        f"listening on http://{args.host}:{port} ({backend.name}, {len(backend)} documents)",
+        flush=True,
+    )
+    server.run(sockets=[sock])
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Runs the command line; returns the exit status."""
+    parser = argparse.ArgumentParser(
+        prog="python -m retrieval_server", description=__doc__.split("\n")[0]
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    index = commands.add_parser("index", help="build an index from a JSON-lines corpus")
+    index.add_argument("--corpus", required=True, help='JSON lines {"id", "contents"}')
+    index.add_argument("--out", required=True, help="directory to write the index to")
+    index.add_argument("--backend", default="bm25s", choices=sorted(BACKENDS))
+    index.add_argument("--k1", type=float, help="BM25 k1 (bm25s, pyserini)")
+    index.add_argument("--b", type=float, help="BM25 b (bm25s, pyserini)")
+    index.add_argument("--no-stemmer", action="store_true", help="bm25s: do not stem words")
+    index.add_argument("--model", help="dense: a local sentence-transformers model directory")
+    index.add_argument("--index-type", choices=["flat", "hnsw"], help="dense: faiss index type")
+    index.add_argument(
+        "--normalize",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="dense: L2-normalise embeddings (inner product = cosine)",
+    )
+    index.add_argument("--batch-size", type=int, help="dense: encoder batch size")
+    index.add_argument("--max-seq-length", type=int, help="dense: cut texts to this many tokens")
+    index.add_argument("--device", help="dense: torch device of the encoder (cpu, cuda)")
+    index.add_argument("--threads", type=int, help="pyserini: indexing threads")
+    index.add_argument("--quiet", action="store_true", help="no progress bars")
+    index.set_defaults(run=index_command)
+
+    serve = commands.add_parser("serve", help="serve an index over HTTP")
+    serve.add_argument("--index", help="an index directory written by 'index'")
+    serve.add_argument("--corpus", help="or a JSON-lines corpus, indexed in memory at start")
+    serve.add_argument(
+        "--backend", default="bm25s", choices=sorted(BACKENDS), help="the backend for --corpus"
+    )
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8000, help="0 picks a free port")
+    serve.add_argument("--workers", type=int, default=1, help="processes, each with the index")
+    serve.add_argument("--log-level", default="warning")
+    serve.add_argument("--max-queries", type=int)
+    serve.add_argument("--max-query-chars", type=int)
+    serve.add_argument("--max-topk", type=int)
+    serve.add_argument("--default-topk", type=int)
+    serve.add_argument("--max-body-bytes", type=int)
+    serve.add_argument("--max-batch", type=int)
+    serve.add_argument("--batch-window-s", type=float)
+    serve.set_defaults(run=serve_command)
+
+    args = parser.parse_args(argv)
+    return args.run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

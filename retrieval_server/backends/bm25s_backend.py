@@ -1,0 +1,197 @@
+"""The default backend: BM25 with the pure-Python ``bm25s`` library (scipy sparse scores).
+
+Text is lower-cased, split into word tokens of two or more characters, English stop words
+are dropped and, when ``PyStemmer`` is installed, words are Snowball-stemmed: close to the
+Lucene analyzer pyserini uses. ``k1=0.9, b=0.4`` are pyserini's defaults, so the two BM25
+backends rank alike. Only documents that share a term with the query are returned.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from retrieval_server.backends.base import (
+    BackendError,
+    Hit,
+    SearchBackend,
+    missing_dependency,
+    read_docs,
+    read_meta,
+    top_k,
+    validate_docs,
+    validate_queries,
+    write_docs,
+    write_meta,
+)
+
+_TOKEN = re.compile(r"(?u)\b\w\w+\b")
+_MODEL_DIR = "bm25s"
+_CACHE_LIMIT = 1 << 16
+
+
+def _import_bm25s():
+    try:
+        import bm25s
+    except ImportError as error:
+        raise missing_dependency("bm25s", "retrieval") from error
+    return bm25s
+
+
+class Analyzer:
+    """Turns text into index terms: lower case, word tokens, no stop words, stems.
+
+    Args:
+      stemmer: a Snowball language for ``PyStemmer`` (``"english"``), or None for no
+        stemming. ``"auto"`` stems in English when PyStemmer is installed.
+      stopwords: ``"en"`` for bm25s's English list, or None to keep every word.
+    """
+
+    def __init__(self, stemmer: str | None = "auto", stopwords: str | None = "en") -> None:
+        self.stemmer_name = stemmer
+        self._stem = None
+        if stemmer is not None:
+            try:
+                import Stemmer
+            except ImportError as error:
+                if stemmer != "auto":
+                    raise missing_dependency("PyStemmer", "retrieval") from error
+                self.stemmer_name = None
+            else:
+                language = "english" if stemmer == "auto" else stemmer
+                try:
+                    self._stem = Stemmer.Stemmer(language).stemWord
+                except KeyError as error:
+                    raise ValueError(f"unknown stemmer language {stemmer!r}") from error
+                self.stemmer_name = language
+        if stopwords not in (None, "en"):
+            raise ValueError(f"stopwords must be 'en' or None, got {stopwords!r}")
+        self.stopwords_name = stopwords
+        self._stopwords: frozenset[str] = frozenset()
+        if stopwords == "en":
+            self._stopwords = frozenset(_import_bm25s().stopwords.STOPWORDS_EN)
+        self._cache: dict[str, str] = {}
+
+    def options(self) -> dict[str, Any]:
+        """Returns the options that recreate this analyzer."""
+        return {"stemmer": self.stemmer_name, "stopwords": self.stopwords_name}
+
+    def __call__(self, text: str) -> list[str]:
+        """Returns the terms of ``text`` in order (repeats kept)."""
+        terms = []
+        cache = self._cache
+        for token in _TOKEN.findall(text.lower()):
+            if token in self._stopwords:
+                continue
+            term = cache.get(token)
+            if term is None:
+                term = self._stem(token) if self._stem is not None else token
+                if len(cache) < _CACHE_LIMIT:
+                    cache[token] = term
+            terms.append(term)
+        return terms
+
+
+class Bm25sBackend(SearchBackend):
+    """BM25 over a scipy sparse matrix of precomputed term scores (``bm25s``).
+
+    Build options: ``k1`` (0.9), ``b`` (0.4), ``method`` (``"lucene"``; also ``"robertson"``,
+    ``"atire"``, ``"bm25l"``, ``"bm25+"``), ``stemmer`` (``"auto"``), ``stopwords``
+    (``"en"``), ``show_progress`` (False).
+    """
+
+    name = "bm25s"
+
+    def __init__(
+        self, docs: Sequence[Mapping[str, str]], model: Any, analyzer: Analyzer, params: dict
+    ) -> None:
+        super().__init__(docs)
+        self._model = model
+        self._analyzer = analyzer
+        self._params = params
+        self._vocab: dict[str, int] = model.vocab_dict
+
+    @classmethod
+    def build(
+        cls,
+        docs: Sequence[Mapping[str, str]],
+        *,
+        k1: float = 0.9,
+        b: float = 0.4,
+        method: str = "lucene",
+        stemmer: str | None = "auto",
+        stopwords: str | None = "en",
+        show_progress: bool = False,
+    ) -> Bm25sBackend:
+        bm25s = _import_bm25s()
+        docs = validate_docs(docs)
+        if not docs:
+            raise ValueError("cannot build an index over zero documents")
+        if not (k1 >= 0 and 0 <= b <= 1):
+            raise ValueError(f"need k1 >= 0 and 0 <= b <= 1, got k1={k1}, b={b}")
+        analyzer = Analyzer(stemmer=stemmer, stopwords=stopwords)
+        vocab: dict[str, int] = {}
+        corpus_ids: list[list[int]] = []
+        iterator = docs
+        if show_progress:
+            from tqdm.auto import tqdm
+
+            iterator = tqdm(docs, desc="tokenize", unit="doc")
+        for doc in iterator:
+            corpus_ids.append(
+                [vocab.setdefault(term, len(vocab)) for term in analyzer(doc["contents"])]
+            )
+        try:
+            model = bm25s.BM25(k1=k1, b=b, method=method)
+        except (ValueError, KeyError) as error:
+            raise ValueError(f"bad BM25 options: {error}") from error
+        model.index((corpus_ids, vocab), show_progress=show_progress)
+        params = {"k1": k1, "b": b, "method": method, **analyzer.options()}
+        return cls(docs, model, analyzer, params)
+
+    def search(self, queries: Sequence[str], k: int) -> list[list[Hit]]:
+        validate_queries(queries, k)
+        results = []
+        for query in queries:
+            term_ids = [self._vocab[t] for t in self._analyzer(query) if t in self._vocab]
+            if not term_ids:
+                results.append([])
+                continue
+            scores = np.asarray(self._model.get_scores_from_ids(term_ids))
+            best = top_k(scores, int(k))
+            results.append([Hit(self.doc_ids[i], float(scores[i])) for i in best])
+        return results
+
+    def save(self, directory: str | os.PathLike[str]) -> None:
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        self._model.save(str(directory / _MODEL_DIR), show_progress=False)
+        write_docs(directory, self.docs)
+        write_meta(directory, self.name, len(self), self._params)
+
+    @classmethod
+    def load(cls, directory: str | os.PathLike[str]) -> Bm25sBackend:
+        bm25s = _import_bm25s()
+        directory = Path(directory)
+        meta = read_meta(directory)
+        if meta["backend"] != cls.name:
+            raise BackendError(f"{directory} holds a {meta['backend']!r} index, not bm25s")
+        params = meta["options"]
+        docs = read_docs(directory)
+        try:
+            model = bm25s.BM25.load(str(directory / _MODEL_DIR), show_progress=False)
+        except (OSError, ValueError, KeyError, json.JSONDecodeError) as error:
+            raise BackendError(f"cannot load the bm25s index in {directory}: {error}") from error
+        if model.scores["num_docs"] != len(docs):
+            raise BackendError(
+                f"{directory}: the index has {model.scores['num_docs']} documents but "
+                f"docs.jsonl has {len(docs)}"
+            )
+        analyzer = Analyzer(stemmer=params.get("stemmer"), stopwords=params.get("stopwords"))
+        return cls(docs, model, analyzer, params)
