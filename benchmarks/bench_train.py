@@ -1,0 +1,193 @@
+"""Local trainer throughput: env steps/s, generated tokens/s, and the time of one iteration
+split into generation, environment, advantage and update. Prints one JSON object per line.
+
+    python benchmarks/bench_train.py                       # tiny random Qwen2, CPU
+    python benchmarks/bench_train.py --model smollm2       # SmolLM2-135M-Instruct, CPU
+    python benchmarks/bench_train.py --model qwen2.5-1.5b --device cuda --dtype bfloat16
+
+``qwen2.5-1.5b`` is Qwen2.5-1.5B's architecture (hard-coded config) with random weights and
+the tiny BPE tokenizer: the cost of a real-size model, nothing downloaded. Each iteration's
+line carries the baseline measured in the same run: a bare ``model.generate`` of the same
+first-turn prompts, which is what the trainer's generation costs at least.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+#: Qwen2.5-1.5B's architecture (from its published config.json).
+QWEN25_15B = {
+    "hidden_size": 1536,
+    "intermediate_size": 8960,
+    "num_hidden_layers": 28,
+    "num_attention_heads": 12,
+    "num_key_value_heads": 2,
+    "vocab_size": 151936,
+    "max_position_embeddings": 32768,
+    "rope_theta": 1000000.0,
+    "rms_norm_eps": 1e-6,
+    "tie_word_embeddings": True,
+}
+
+
+def build_sized_model(directory: Path, dtype: str) -> Path:
+    """Random Qwen2.5-1.5B-sized weights with the tiny tokenizer, saved as a HF model dir."""
+    import torch
+    from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
+
+    from training.local.tiny_model import build_tiny_model
+
+    build_tiny_model(directory)  # writes the tokenizer (and a tiny model we overwrite)
+    tokenizer = AutoTokenizer.from_pretrained(str(directory))
+    config = Qwen2Config(
+        **QWEN25_15B,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    torch.manual_seed(0)
+    model = Qwen2ForCausalLM(config).to(getattr(torch, dtype))
+    model.save_pretrained(directory)
+    return directory
+
+
+def bare_generate_seconds(config, model_path: Path) -> float:
+    """Seconds of one ``model.generate`` over the first-turn prompts of the first iteration."""
+    import torch
+
+    from training.local.model import load_model, load_tokenizer
+    from training.local.rollout import generate, make_envs, render_prompts
+    from training.local.train import train_seed
+
+    tokenizer = load_tokenizer(model_path)
+    model = load_model(model_path, config.model.dtype, device=config.model.device)
+    env = config.env
+    envs = make_envs(env.id, env.num_groups, env.group_size, env.history_length, None, env.kwargs)
+    _, infos = envs.reset(seed=train_seed(config, 0))
+    prompts = render_prompts(tokenizer, [list(m) for m in infos["messages"]])
+    torch.manual_seed(0)
+    tick = time.perf_counter()
+    generate(
+        model,
+        tokenizer,
+        prompts,
+        max_new_tokens=config.rollout.max_new_tokens,
+        temperature=config.rollout.temperature,
+    )
+    seconds = time.perf_counter() - tick
+    envs.close()
+    del model
+    return seconds
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="tiny", help="tiny | smollm2 | qwen2.5-1.5b | a dir")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--env", default="gigpo/Sokoban-v0")
+    parser.add_argument("--groups", type=int, default=4)
+    parser.add_argument("--group-size", type=int, default=4)
+    parser.add_argument("--max-turns", type=int, default=4)
+    parser.add_argument("--max-new-tokens", type=int, default=32)
+    parser.add_argument("--iterations", type=int, default=2)
+    parser.add_argument("--estimator", default="gigpo")
+    args = parser.parse_args(argv)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+    from training.local.config import load_config
+    from training.local.train import train
+
+    with tempfile.TemporaryDirectory(prefix="bench-train-") as tmp:
+        out = Path(tmp) / "run"
+        model = args.model
+        extra = []
+        if model == "tiny":
+            model = "tiny-random"
+            extra = ["--model.tiny_warmup_steps=120"]
+        elif model == "qwen2.5-1.5b":
+            model = str(build_sized_model(Path(tmp) / "qwen2.5-1.5b", args.dtype))
+        env_kwargs = (
+            [f"--env.kwargs={{dim_room: [6, 6], num_boxes: 1, max_steps: {args.max_turns}}}"]
+            if args.env == "gigpo/Sokoban-v0"
+            else []
+        )
+        config = load_config(
+            None,
+            [
+                f"--model.name_or_path={model}",
+                f"--model.device={args.device}",
+                f"--model.dtype={args.dtype}",
+                f"--env.id={args.env}",
+                f"--env.num_groups={args.groups}",
+                f"--env.group_size={args.group_size}",
+                f"--env.max_turns={args.max_turns}",
+                "--env.history_length=1",
+                f"--rollout.max_new_tokens={args.max_new_tokens}",
+                f"--algo.estimator={args.estimator}",
+                "--algo.kl_coef=0.01",
+                f"--run.iterations={args.iterations}",
+                "--run.checkpoint_every=0",
+                "--run.progress=false",
+                f"--out={out}",
+                *env_kwargs,
+                *extra,
+            ],
+        )
+        rows = train(config)
+        from training.local.model import resolve_model_path
+
+        baseline = bare_generate_seconds(config, resolve_model_path(config.model, out))
+
+    size = {
+        "model": args.model,
+        "device": args.device,
+        "dtype": args.dtype,
+        "env": args.env,
+        "envs": args.groups * args.group_size,
+        "max_turns": args.max_turns,
+        "max_new_tokens": args.max_new_tokens,
+        "estimator": args.estimator,
+    }
+    for row in rows:
+        seconds = row["time_iteration"]
+        adv_env = row["time_env"] + row["time_advantage"]
+        print(
+            json.dumps(
+                {
+                    "what": "local_trainer_iteration",
+                    "size": dict(size, iteration=row["iteration"], records=row["step_records"]),
+                    "seconds": round(seconds, 4),
+                    "throughput": {
+                        "env_steps_per_s": round(row["step_records"] / seconds, 3),
+                        "generated_tokens_per_s": round(
+                            row["generated_tokens"] / row["time_generation"], 2
+                        ),
+                    },
+                    "split_seconds": {
+                        "generation": round(row["time_generation"], 4),
+                        "env": round(row["time_env"], 4),
+                        "advantage": round(row["time_advantage"], 5),
+                        "update": round(row["time_update"], 4),
+                    },
+                    "env_plus_advantage_share": round(adv_env / seconds, 5),
+                    "baseline": {
+                        "what": "one bare model.generate of the first-turn prompts",
+                        "seconds": round(baseline, 4),
+                    },
+                }
+            ),
+            flush=True,
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

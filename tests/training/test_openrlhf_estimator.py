@@ -1,0 +1,100 @@
+"""The gigpo estimator on OpenRLHF-shaped batches, against gigpo_algo directly."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from gigpo_algo.advantages import gigpo_advantages
+from training.openrlhf.estimator import SETTINGS_ENV, GiGPOSettings, batch_advantages
+from training.openrlhf.records import EpisodeTurns
+
+
+def _episode(group, traj, rewards, anchors, start=4, gap=3, length=3):
+    ranges, pos = [], start
+    for _ in rewards:
+        ranges.append((pos, pos + length))
+        pos += length + gap
+    return EpisodeTurns(
+        group=group,
+        traj=traj,
+        rewards=list(rewards),
+        anchors=list(anchors),
+        valid=[True] * len(rewards),
+        action_ranges=ranges,
+        sequence_length=pos,
+        max_len=4096,
+    )
+
+
+def test_each_turn_gets_its_gigpo_advantage_on_its_tokens_across_experiences():
+    # One group of three rollouts, split over two experiences (as micro-batches split them).
+    a = _episode("task", "a", [0.0, 0.0, 1.0], ["s0", "s1", "s2"])
+    b = _episode("task", "b", [0.0, 0.0], ["s0", "s1"])
+    c = _episode("task", "c", [0.0, 1.0], ["s0", "s3"])
+    batch = [[a, b], [c]]
+    shapes = [(2, 30), (1, 12)]
+    settings = GiGPOSettings(step_advantage_w=0.5, gamma=0.9)
+    advantages, returns = batch_advantages(batch, shapes, settings)
+
+    expected = gigpo_advantages(
+        [0, 0, 1, 0, 0, 0, 1],
+        ["a"] * 3 + ["b"] * 2 + ["c"] * 2,
+        ["task"] * 7,
+        ["s0", "s1", "s2", "s0", "s1", "s0", "s3"],
+        gamma=0.9,
+        step_weight=0.5,
+    ).advantages
+    assert [x.shape for x in advantages] == shapes
+    rows = [(0, 0, a), (0, 1, b), (1, 0, c)]
+    k = 0
+    for e, row, ep in rows:
+        covered = np.zeros(shapes[e][1], dtype=bool)
+        for start, end in ep.action_ranges:
+            cols = slice(start - 1, end - 1)
+            assert np.allclose(advantages[e][row, cols], expected[k])
+            covered[cols] = True
+            k += 1
+        assert np.all(advantages[e][row, ~covered] == 0)
+    assert returns[0].tolist() == [1.0, 0.0] and returns[1].tolist() == [1.0]
+    # GiGPO tells the turns of one episode apart; OpenRLHF's estimators could not.
+    assert len({round(float(v), 9) for v in expected[:3]}) > 1
+
+
+def test_mismatched_shapes_are_clear_errors():
+    ep = _episode("g", "t", [1.0], ["s"])
+    with pytest.raises(ValueError, match="2 rows but 1 turn records"):
+        batch_advantages([[ep]], [(2, 20)], GiGPOSettings())
+    with pytest.raises(ValueError, match="mask shapes"):
+        batch_advantages([[ep]], [], GiGPOSettings())
+
+
+def test_settings_travel_as_json_and_validate(monkeypatch):
+    settings = GiGPOSettings(step_advantage_w=0.3, mode="mean_norm", similarity_thresh=0.9)
+    monkeypatch.setenv(SETTINGS_ENV, settings.to_json())
+    assert GiGPOSettings.from_environ() == settings
+    monkeypatch.delenv(SETTINGS_ENV)
+    assert GiGPOSettings.from_environ() is None
+    with pytest.raises(ValueError, match="algo.gigpo.mode"):
+        GiGPOSettings(mode="median")
+    with pytest.raises(ValueError, match="similarity_thresh"):
+        GiGPOSettings(similarity_thresh=1.5)
+    with pytest.raises(ValueError, match="not valid JSON"):
+        GiGPOSettings.from_json("{oops")
+
+
+def test_turn_records_round_trip_and_reject_damage():
+    ep = _episode("g", "t", [1.0, 2.0], ["x", "y"])
+    assert EpisodeTurns.from_dict(json.loads(json.dumps(ep.to_dict()))) == ep
+    broken = ep.to_dict()
+    del broken["anchors"]
+    with pytest.raises(ValueError, match="lacks 'anchors'"):
+        EpisodeTurns.from_dict(broken)
+    with pytest.raises(ValueError, match="has 1 entries"):
+        EpisodeTurns.from_dict(dict(ep.to_dict(), anchors=["x"]))
+    with pytest.raises(ValueError, match="finite"):
+        EpisodeTurns.from_dict(dict(ep.to_dict(), rewards=[1.0, float("nan")]))
+    with pytest.raises(ValueError, match="must be a dict"):
+        EpisodeTurns.from_dict([1, 2])

@@ -1,0 +1,104 @@
+"""``training/openrlhf_gigpo.sh --dry-run`` prints the fully resolved command; flags resolve."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from training.openrlhf.command import CARRIER_ESTIMATOR, UsageError, dataset_lines, plan
+from training.openrlhf.executor import parse_task
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "training" / "openrlhf_gigpo.sh"
+KL = ["--algo.kl.use_loss"]
+
+
+def _dry_run(*args):
+    env = dict(os.environ, PYTHON=sys.executable, RAY_DASHBOARD="http://127.0.0.1:1")
+    return subprocess.run(
+        ["bash", str(SCRIPT), "--dry-run", *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=env,
+        timeout=120,
+    )
+
+
+def _command_line(stdout):
+    line = next(li for li in stdout.splitlines() if "-m openrlhf.cli.train_ppo_ray" in li)
+    return shlex.split(line)
+
+
+def _value(argv, flag):
+    return argv[argv.index(flag) + 1]
+
+
+def test_dry_run_prints_the_resolved_openrlhf_command():
+    result = _dry_run(
+        "--env",
+        "gigpo/NumberLine-v0",
+        "--algo.gigpo.step_advantage_w",
+        "0.5",
+        "--algo.gigpo.gamma=0.9",
+        "--group_size",
+        "4",
+        "--actor.model_name_or_path",
+        "/models/qwen",
+        "--env.num_tasks",
+        "5",
+    )
+    assert result.returncode == 0, result.stderr
+    assert "ray job submit --address http://127.0.0.1:1 --" in result.stdout
+    argv = _command_line(result.stdout)
+    assert _value(argv, "--actor.model_name_or_path") == "/models/qwen"
+    assert argv.count("--actor.model_name_or_path") == 1  # the user's flag replaced the default
+    assert _value(argv, "--rollout.n_samples_per_prompt") == "4"
+    assert _value(argv, "--algo.advantage.estimator") == CARRIER_ESTIMATOR
+    assert Path(_value(argv, "--train.agent_func_path")).exists()
+    assert "--algo.kl.use_loss" in argv
+    assert not any(a.startswith(("--env", "--algo.gigpo", "--group_size")) for a in argv)
+    settings_line = next(li for li in result.stdout.splitlines() if "ray runtime_env" in li)
+    runtime_env = json.loads(settings_line.split(": ", 1)[1])
+    settings = json.loads(runtime_env["env_vars"]["GIGPO_OPENRLHF_SETTINGS"])
+    assert settings["step_advantage_w"] == 0.5 and settings["gamma"] == 0.9
+    assert runtime_env["worker_process_setup_hook"] == "training.openrlhf.patch.setup_worker"
+    assert "tasks: 5 of gigpo/NumberLine-v0" in result.stdout
+
+
+def test_dry_run_reports_bad_flags_clearly():
+    result = _dry_run("--algo.gigpo.mode", "median")
+    assert result.returncode == 2
+    assert "algo.gigpo.mode must be one of" in result.stderr
+    result = _dry_run("--group_size", "1")
+    assert result.returncode == 2 and "group_size must be >= 2" in result.stderr
+
+
+def test_plan_writes_one_task_per_seed_and_keeps_openrlhf_estimators():
+    run = plan(["--env", "gigpo/EZPoints-v0", "--env.num_tasks", "3", "--env.seed", "10"] + KL)
+    tasks = [parse_task(json.loads(line)["label"]) for line in dataset_lines(run.tasks)]
+    assert [t.seed for t in tasks] == [10, 11, 12]
+    assert {t.group for t in tasks} == {t.group for t in run.tasks} and len(run.tasks) == 3
+    other = plan(["--algo.advantage.estimator", "rloo", "--algo.kl.init_coef", "0"])
+    assert other.settings is None
+    assert _value(other.openrlhf_args, "--algo.advantage.estimator") == "rloo"
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--env.kwargs", "{bad"], "not JSON"),
+        (["--env.kwargs", "[1]"], "JSON object"),
+        (["--group_size", "4", "--rollout.n_samples_per_prompt", "4"], "either --group_size"),
+        ([], "--algo.kl.use_loss"),
+    ],
+)
+def test_plan_rejects_contradictions(argv, message):
+    with pytest.raises(UsageError, match=message):
+        plan(argv)

@@ -1,0 +1,84 @@
+"""Rollouts with the tiny model: step records, sampling log-probs, response cuts."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from training.local.model import load_model, load_tokenizer
+from training.local.rollout import collect, generate, make_envs, render_prompts
+from training.local.update import compute_advantages, make_batch, token_log_probs
+
+
+@pytest.fixture(scope="module")
+def model_and_tokenizer(tiny_model_dir):
+    return load_model(tiny_model_dir, "float32"), load_tokenizer(tiny_model_dir)
+
+
+def test_records_follow_the_contract_and_log_probs_match_a_forward_pass(model_and_tokenizer):
+    model, tok = model_and_tokenizer
+    # EZPoints deals different cards per group, so prompts differ in length (left padding).
+    envs = make_envs("gigpo/EZPoints-v0", 3, 2, 1, None, {"max_steps": 3})
+    torch.manual_seed(0)
+    rollout = collect(model, tok, envs, seed=4, max_turns=3, max_new_tokens=8, temperature=1.0)
+    rec = rollout.records
+    assert len({len(p) for p in rec.prompt_ids}) > 1
+    n = len(rec)
+    assert n == int(rollout.episode_lengths.sum()) and n >= 6
+    for field in ("response_ids", "old_log_probs", "rewards", "anchors", "group_ids", "traj_ids"):
+        assert len(getattr(rec, field)) == n
+    assert all(len(a) == len(b) for a, b in zip(rec.response_ids, rec.old_log_probs, strict=True))
+    assert rec.group_ids == [t // 2 for t in rec.traj_ids]
+    # Rows of a trajectory in time order; the last one of a finished episode is done.
+    for traj in set(rec.traj_ids):
+        rows = [i for i, t in enumerate(rec.traj_ids) if t == traj]
+        assert rows == sorted(rows)
+        assert not any(rec.done[i] for i in rows[:-1])
+
+    batch = make_batch(rec, np.arange(n), np.zeros(n), tok.pad_token_id)
+    with torch.no_grad():
+        log_probs = token_log_probs(model, batch)
+    mask = batch.response_mask.bool()
+    assert torch.allclose(log_probs[mask], batch.old_log_probs[mask], atol=1e-4)
+    envs.close()
+
+
+def test_stop_text_ends_each_response_at_its_closing_tag(model_and_tokenizer):
+    model, tok = model_and_tokenizer
+    envs = make_envs("gigpo/Sokoban-v0", 2, 4, 0, None, {})
+    _, infos = envs.reset(seed=0)
+    prompts = render_prompts(tok, [list(m) for m in infos["messages"]], "<action>")
+    torch.manual_seed(1)
+    ids, log_probs = generate(
+        model, tok, prompts, max_new_tokens=12, temperature=1.0, stop_text="</action>"
+    )
+    cut = 0
+    for response, lps in zip(ids, log_probs, strict=True):
+        assert 1 <= len(response) == len(lps) <= 12
+        text = tok.decode(response, skip_special_tokens=False)
+        if "</action>" in text:
+            cut += 1
+            assert "</action>" not in tok.decode(response[:-1], skip_special_tokens=False)
+    assert cut > 0
+    envs.close()
+
+
+def test_grpo_and_rloo_give_every_step_its_episode_advantage(model_and_tokenizer):
+    from training.local.config import AlgoConfig
+    from training.local.rollout import StepRecords
+
+    rec = StepRecords(
+        rewards=[0.0, 1.0, 0.0, 0.0, 0.0],
+        anchors=["a", "b", "a", "c", "a"],
+        group_ids=[0, 0, 0, 0, 0],
+        traj_ids=[0, 0, 1, 1, 2],
+        is_action_valid=[True, True, True, False, True],
+    )
+    grpo = compute_advantages(rec, AlgoConfig(estimator="grpo"))
+    assert grpo[0] == grpo[1] and grpo[2] == grpo[3] and grpo[0] > 0 > grpo[2]
+    rloo = compute_advantages(rec, AlgoConfig(estimator="rloo", invalid_penalty=0.5))
+    assert rloo[0] == pytest.approx(1.0 - (-0.5 + 0.0) / 2)
+    assert rloo[2] == pytest.approx(-0.5 - (1.0 + 0.0) / 2)
+    gigpo = compute_advantages(rec, AlgoConfig(estimator="gigpo"))
+    assert gigpo[0] != gigpo[1]  # steps of one episode get different advantages

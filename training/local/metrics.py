@@ -1,0 +1,100 @@
+"""Metrics as JSON lines, and the learning-curve plot.
+
+``metrics.jsonl`` holds one object per iteration (``iteration``, ``success_rate``,
+``mean_return``, timings, loss statistics, and ``eval_*`` keys when evaluation ran).
+``python -m training.local.plot RUN_DIR [RUN_DIR ...] -o curve.png`` puts several runs
+(e.g. GiGPO and a GRPO baseline) on one plot.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+METRICS_FILE = "metrics.jsonl"
+
+
+def read_metrics(path: str | Path) -> list[dict[str, Any]]:
+    """Reads a metrics file (or a run dir holding one); malformed lines are skipped.
+
+    A line cut short by a crash mid-write is the expected kind of damage, and skipping it
+    loses only that one iteration's row.
+    """
+    path = Path(path)
+    if path.is_dir():
+        path = path / METRICS_FILE
+    rows = []
+    if not path.exists():
+        return rows
+    for line in path.read_text().splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(row, dict) and isinstance(row.get("iteration"), int):
+            rows.append(row)
+    return rows
+
+
+class MetricsLog:
+    """Appends one JSON line per iteration to ``out/metrics.jsonl``.
+
+    On resume, rows of iterations past the checkpoint (written after it, then lost with the
+    crash) are dropped so the file never holds an iteration twice.
+    """
+
+    def __init__(self, out: Path, completed: int = 0) -> None:
+        self.path = out / METRICS_FILE
+        kept = [r for r in read_metrics(self.path) if r["iteration"] < completed]
+        self.path.write_text("".join(json.dumps(r) + "\n" for r in kept))
+
+    def write(self, row: dict[str, Any]) -> None:
+        clean = {
+            k: (None if isinstance(v, float) and not math.isfinite(v) else v)
+            for k, v in row.items()
+        }
+        with self.path.open("a") as f:
+            f.write(json.dumps(clean) + "\n")
+
+
+def plot_curves(runs: dict[str, list[dict[str, Any]]], path: str | Path) -> Path:
+    """Writes a PNG: success rate, mean return and valid-action rate per iteration, one line
+    per run.
+
+    Args:
+        runs: label -> metrics rows.
+        path: the PNG file to write.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(14, 4))
+    for label, rows in runs.items():
+        its = [r["iteration"] + 1 for r in rows]
+        axes[0].plot(its, [r.get("success_rate") for r in rows], marker="o", label=label)
+        axes[1].plot(its, [r.get("mean_return") for r in rows], marker="o", label=label)
+        axes[2].plot(its, [r.get("valid_action_rate") for r in rows], marker="o", label=label)
+        evals = [r for r in rows if r.get("eval_success_rate") is not None]
+        if evals:
+            axes[0].plot(
+                [r["iteration"] + 1 for r in evals],
+                [r["eval_success_rate"] for r in evals],
+                linestyle="--",
+                marker="x",
+                label=f"{label} (held-out)",
+            )
+    axes[0].set(xlabel="iteration", ylabel="success rate", ylim=(-0.05, 1.05))
+    axes[1].set(xlabel="iteration", ylabel="mean episode return")
+    axes[2].set(xlabel="iteration", ylabel="valid-action rate", ylim=(-0.05, 1.05))
+    for ax in axes:
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path

@@ -1,0 +1,170 @@
+"""A tiny random Qwen2 with a byte-level BPE tokenizer trained on the spot, for tests and smoke.
+
+Everything is built offline in a few seconds: the tokenizer is trained by ``tokenizers`` on
+the prompts of the registered environments (so prompts tokenize compactly), carries a ChatML
+chat template, and the model is a 2-layer Qwen2 with random weights.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+#: The protocol's tags are whole tokens, so that an answer is a handful of tokens.
+TAG_TOKENS = ["<think>", "</think>", "<action>", "</action>"]
+#: The built-in games whose prompts train the tokenizer (no data files, no extras).
+CORPUS_ENVS = (
+    "gigpo/Sokoban-v0",
+    "gigpo/EZPoints-v0",
+    "gigpo/Points24-v0",
+    "gigpo/NumberLine-v0",
+    "gigpo/Blackjack-v0",
+)
+WARMUP_BATCH = 8
+
+
+def _examples() -> list[tuple[list[dict[str, str]], str]]:
+    """(chat messages, answer) pairs of every registered environment, from fixed seeds.
+
+    The answer is an admissible action in the protocol's tags, chosen at random (seeded).
+    """
+    import gymnasium as gym
+    import numpy as np
+
+    import gigpo_envs  # noqa: F401  (registers the ids)
+    from gigpo_envs import HistoryPrompt
+
+    rng = np.random.default_rng(0)
+    pairs = []
+    for env_id in CORPUS_ENVS:
+        env = HistoryPrompt(gym.make(env_id), history_length=2)
+        for seed in range(4):
+            _, info = env.reset(seed=seed)
+            for _ in range(4):
+                actions = info.get("admissible_actions") or ["up", "down", "left", "right"]
+                answer = f"<action>{actions[int(rng.integers(len(actions)))]}</action>"
+                pairs.append((info["messages"], answer))
+                _, _, terminated, truncated, info = env.step(answer)
+                if terminated or truncated:
+                    break
+    return pairs
+
+
+def _warm_up(model, tokenizer, steps: int, seed: int) -> None:
+    """A few supervised steps on (end of prompt, admissible action) pairs.
+
+    A random model never writes the action tags, so every rollout scores the same and every
+    group-relative advantage is 0; after this warm-up it names a legal action now and then,
+    at random, which is the starting point RL needs.
+    """
+    import torch
+
+    rng = torch.Generator().manual_seed(seed)
+    seqs, masks = [], []
+    for messages, answer in _examples():
+        prompt = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        p = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        a = tokenizer(answer, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+        seqs.append(p + a)
+        masks.append([False] * len(p) + [True] * len(a))
+    width = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), width), tokenizer.pad_token_id)
+    labels = torch.full((len(seqs), width), -100)
+    for row, (seq, mask) in enumerate(zip(seqs, masks, strict=True)):
+        ids[row, : len(seq)] = torch.tensor(seq)
+        labels[row, : len(seq)] = torch.where(torch.tensor(mask), torch.tensor(seq), -100)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    model.train()
+    for _ in range(steps):
+        rows = torch.randint(len(seqs), (WARMUP_BATCH,), generator=rng)
+        loss = model(input_ids=ids[rows], labels=labels[rows]).loss
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    model.eval()
+
+
+def build_tiny_model(
+    directory: str | Path,
+    *,
+    hidden_size: int = 32,
+    num_layers: int = 2,
+    vocab_size: int = 400,
+    warmup_steps: int = 0,
+    seed: int = 0,
+) -> Path:
+    """Writes a random Qwen2 and its tokenizer to ``directory`` (a normal HF model dir).
+
+    Args:
+        directory: where to save; created if missing.
+        hidden_size: model width (heads of 16 dims each).
+        num_layers: decoder layers.
+        vocab_size: BPE vocabulary size (>= 256 + special tokens).
+        warmup_steps: supervised steps on random admissible actions (see :func:`_warm_up`);
+            0 keeps the weights random.
+        seed: torch seed of the random weights and the warm-up.
+
+    Returns:
+        ``directory`` as a Path.
+    """
+    import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+
+    if hidden_size % 16 or hidden_size < 16:
+        raise ValueError(f"hidden_size must be a positive multiple of 16, got {hidden_size}")
+    if vocab_size < 256 + len(SPECIAL_TOKENS):
+        raise ValueError(f"vocab_size must be >= {256 + len(SPECIAL_TOKENS)}, got {vocab_size}")
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    examples = _examples()
+    corpus = [m["content"] for messages, _ in examples for m in messages]
+    bpe.train_from_iterator(corpus + [answer for _, answer in examples], trainer=trainer)
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=bpe,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        bos_token=None,
+    )
+    tokenizer.add_tokens(TAG_TOKENS)
+    tokenizer.chat_template = CHAT_TEMPLATE
+    tokenizer.save_pretrained(directory)
+
+    config = Qwen2Config(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden_size,
+        intermediate_size=2 * hidden_size,
+        num_hidden_layers=num_layers,
+        num_attention_heads=hidden_size // 16,
+        num_key_value_heads=max(1, hidden_size // 32),
+        max_position_embeddings=4096,
+        tie_word_embeddings=True,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=None,
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = Qwen2ForCausalLM(config)
+        if warmup_steps:
+            _warm_up(model, tokenizer, warmup_steps, seed)
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.save_pretrained(directory)
+    return directory

@@ -1,0 +1,209 @@
+"""The local GiGPO trainer: one process, a transformers causal LM, any registered gigpo env.
+
+Each iteration: group rollouts (batched generation for all live envs), step records,
+advantages from :mod:`gigpo_algo`, the PPO clipped loss with KL to a frozen reference, and
+optimizer steps. Read :func:`train` top to bottom.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from training.local.checkpoint import load_checkpoint, save_checkpoint
+from training.local.config import TrainConfig
+from training.local.metrics import MetricsLog, plot_curves, read_metrics
+from training.local.model import (
+    limit_trainable_layers,
+    load_model,
+    load_tokenizer,
+    require_train_extra,
+    resolve_model_path,
+)
+from training.local.rollout import collect, make_envs
+from training.local.update import compute_advantages, ppo_update
+
+#: Held-out tasks start here; training seeds stay far below it.
+EVAL_SEED_BASE = 1_000_000_000
+
+
+def train_seed(config: TrainConfig, iteration: int) -> int:
+    """Reset seed of an iteration's groups: group ``g`` plays task ``train_seed + g``."""
+    return config.run.seed * 1_000_000 + iteration * config.env.num_groups
+
+
+def train(config: TrainConfig) -> list[dict[str, Any]]:
+    """Runs (or resumes) training; returns the metrics rows of the iterations run now.
+
+    Writes into ``config.run.out``: ``config.json``, ``metrics.jsonl``, ``curve.png`` and
+    ``checkpoint/``.
+    """
+    require_train_extra()
+    import torch
+
+    out = Path(config.run.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "config.json").write_text(json.dumps(config.to_dict(), indent=2) + "\n")
+    if config.run.threads:
+        torch.set_num_threads(config.run.threads)
+    random.seed(config.run.seed)
+    np.random.seed(config.run.seed)  # noqa: NPY002  (for libraries that use the global RNG)
+    torch.manual_seed(config.run.seed)
+    generator = np.random.default_rng(config.run.seed)
+
+    model_path = resolve_model_path(config.model, out)
+    tokenizer = load_tokenizer(model_path)
+    model = load_model(model_path, config.model.dtype, device=config.model.device)
+    limit_trainable_layers(model, config.model.trainable_layers)
+    reference = None
+    if config.algo.kl_coef > 0:
+        reference = load_model(
+            model_path, config.model.dtype, trainable=False, device=config.model.device
+        )
+    optimizer = torch.optim.AdamW(
+        [p for p in model.parameters() if p.requires_grad],
+        lr=config.optim.lr,
+        weight_decay=config.optim.weight_decay,
+    )
+    env_cfg = config.env
+    envs = make_envs(
+        env_cfg.id,
+        env_cfg.num_groups,
+        env_cfg.group_size,
+        env_cfg.history_length,
+        env_cfg.format_instruction,
+        env_cfg.kwargs,
+    )
+
+    start = 0
+    if config.run.resume:
+        start = load_checkpoint(out, model=model, optimizer=optimizer, generator=generator) or 0
+    log = MetricsLog(out, completed=start)
+    rows: list[dict[str, Any]] = []
+    bar = _progress(config, start)
+    for iteration in range(start, config.run.iterations):
+        tick = time.perf_counter()
+        rollout = collect(
+            model,
+            tokenizer,
+            envs,
+            seed=train_seed(config, iteration),
+            max_turns=env_cfg.max_turns,
+            max_new_tokens=config.rollout.max_new_tokens,
+            temperature=config.rollout.temperature,
+            top_p=config.rollout.top_p,
+            top_k=config.rollout.top_k,
+            response_prefix=config.rollout.response_prefix,
+            stop_text=config.rollout.stop_text,
+        )
+        records = rollout.records
+
+        adv_tick = time.perf_counter()
+        advantages = compute_advantages(records, config.algo)
+        adv_seconds = time.perf_counter() - adv_tick
+
+        update_tick = time.perf_counter()
+        stats = ppo_update(
+            model,
+            reference,
+            optimizer,
+            records,
+            advantages,
+            config.algo,
+            pad_id=tokenizer.pad_token_id,
+            temperature=config.rollout.temperature,
+            max_grad_norm=config.optim.max_grad_norm,
+            generator=generator,
+        )
+        update_seconds = time.perf_counter() - update_tick
+
+        row: dict[str, Any] = {
+            "iteration": iteration,
+            "estimator": config.algo.estimator,
+            "success_rate": float(rollout.episode_won.mean()),
+            "mean_return": float(rollout.episode_returns.mean()),
+            "mean_episode_length": float(rollout.episode_lengths.mean()),
+            "valid_action_rate": float(np.mean(records.is_action_valid)),
+            "step_records": len(records),
+            "generated_tokens": rollout.generated_tokens,
+            "mean_abs_advantage": float(np.abs(advantages).mean()),
+            **stats,
+            "time_generation": rollout.generation_seconds,
+            "time_env": rollout.env_seconds,
+            "time_advantage": adv_seconds,
+            "time_update": update_seconds,
+        }
+        done_iterations = iteration + 1
+        if config.run.eval_every and (
+            done_iterations % config.run.eval_every == 0 or done_iterations == config.run.iterations
+        ):
+            row.update(evaluate(model, tokenizer, config))
+        row["time_iteration"] = time.perf_counter() - tick
+        log.write(row)
+        rows.append(row)
+        if config.run.checkpoint_every and (
+            done_iterations % config.run.checkpoint_every == 0
+            or done_iterations == config.run.iterations
+        ):
+            save_checkpoint(
+                out,
+                model=model,
+                optimizer=optimizer,
+                iteration=done_iterations,
+                generator=generator,
+            )
+        if bar is not None:
+            bar.set_postfix(success=f"{row['success_rate']:.2f}", ret=f"{row['mean_return']:.2f}")
+            bar.update(1)
+    if bar is not None:
+        bar.close()
+    envs.close()
+    label = config.run.label or config.algo.estimator
+    plot_curves({label: read_metrics(out)}, out / "curve.png")
+    return rows
+
+
+def evaluate(model: Any, tokenizer: Any, config: TrainConfig) -> dict[str, float]:
+    """Success rate and mean return on held-out tasks (one rollout each, seeds never trained on)."""
+    env_cfg = config.env
+    if env_cfg.eval_groups == 0:
+        return {}
+    envs = make_envs(
+        env_cfg.id,
+        env_cfg.eval_groups,
+        1,
+        env_cfg.history_length,
+        env_cfg.format_instruction,
+        env_cfg.kwargs,
+    )
+    try:
+        rollout = collect(
+            model,
+            tokenizer,
+            envs,
+            seed=EVAL_SEED_BASE + config.run.seed * 1_000_000,
+            max_turns=env_cfg.max_turns,
+            max_new_tokens=config.rollout.max_new_tokens,
+            temperature=config.rollout.eval_temperature,
+            response_prefix=config.rollout.response_prefix,
+            stop_text=config.rollout.stop_text,
+        )
+    finally:
+        envs.close()
+    return {
+        "eval_success_rate": float(rollout.episode_won.mean()),
+        "eval_mean_return": float(rollout.episode_returns.mean()),
+    }
+
+
+def _progress(config: TrainConfig, start: int) -> Any:
+    if not config.run.progress:
+        return None
+    from tqdm import tqdm
+
+    return tqdm(total=config.run.iterations, initial=start, desc="train", unit="it")

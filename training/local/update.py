@@ -1,0 +1,186 @@
+"""From step records to a policy update: advantages, token log-probs, the PPO loss with KL.
+
+All math comes from :mod:`gigpo_algo`: the advantages (``gigpo_advantages``, ``grpo``,
+``rloo``), ``broadcast_to_tokens``, ``ppo_clip_loss``, ``kl_penalty`` and ``aggregate_loss``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from gigpo_algo.advantages import gigpo_advantages, grpo, rloo
+from gigpo_algo.losses import aggregate_loss, kl_penalty, ppo_clip_loss
+from gigpo_algo.tokens import broadcast_to_tokens
+from training.local.config import AlgoConfig
+from training.local.rollout import StepRecords
+
+
+def compute_advantages(records: StepRecords, algo: AlgoConfig) -> np.ndarray:
+    """One advantage per step record, shape (N,), float64.
+
+    ``gigpo``: episode + step (anchor-state) relative advantages (paper Eq. 9). ``grpo`` /
+    ``rloo``: the episode score (sum of rewards, less ``invalid_penalty`` per invalid step)
+    normalised within its group, given to every step of the trajectory.
+    """
+    rewards = np.asarray(records.rewards, dtype=np.float64)
+    valid = np.asarray(records.is_action_valid, dtype=bool)
+    groups = np.asarray(records.group_ids, dtype=np.int64)
+    trajs = np.asarray(records.traj_ids, dtype=np.int64)
+    if algo.estimator == "gigpo":
+        return gigpo_advantages(
+            rewards,
+            trajs,
+            groups,
+            list(records.anchors),
+            gamma=algo.gamma,
+            step_weight=algo.step_weight,
+            norm=algo.norm,
+            episode_stats=algo.episode_stats,
+            similarity=algo.similarity,
+            is_action_valid=valid,
+            invalid_penalty=algo.invalid_penalty,
+        ).advantages
+    penalised = rewards - algo.invalid_penalty * ~valid
+    unique_trajs, row_traj = np.unique(trajs, return_inverse=True)
+    scores = np.bincount(row_traj, weights=penalised, minlength=len(unique_trajs))
+    traj_groups = np.zeros(len(unique_trajs), dtype=np.int64)
+    traj_groups[row_traj] = groups
+    if algo.estimator == "grpo":
+        per_traj = grpo(scores, traj_groups)
+    elif algo.estimator == "rloo":
+        per_traj = rloo(scores, traj_groups)
+    else:
+        raise ValueError(f"unknown estimator {algo.estimator!r}")
+    return np.asarray(per_traj, dtype=np.float64)[row_traj]
+
+
+@dataclass
+class TokenBatch:
+    """Right-padded prompt + response sequences of some step records.
+
+    ``input_ids`` and ``attention_mask``: (B, L). The per-token tensors are (B, L - 1) and
+    aligned with next-token prediction: column t is about token t + 1.
+    """
+
+    input_ids: Any
+    attention_mask: Any
+    response_mask: Any
+    old_log_probs: Any
+    advantages: Any
+
+
+def make_batch(
+    records: StepRecords,
+    rows: np.ndarray,
+    advantages: np.ndarray,
+    pad_id: int,
+    device: Any = "cpu",
+) -> TokenBatch:
+    """Pads the chosen rows into tensors on ``device`` (see :class:`TokenBatch`)."""
+    import torch
+
+    seqs = [records.prompt_ids[i] + records.response_ids[i] for i in rows]
+    width = max(len(s) for s in seqs)
+    input_ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    attention = torch.zeros((len(rows), width), dtype=torch.long)
+    response_mask = torch.zeros((len(rows), width - 1))
+    old = torch.zeros((len(rows), width - 1))
+    for b, i in enumerate(rows):
+        p, r = len(records.prompt_ids[i]), len(records.response_ids[i])
+        input_ids[b, : p + r] = torch.tensor(seqs[b], dtype=torch.long)
+        attention[b, : p + r] = 1
+        response_mask[b, p - 1 : p - 1 + r] = 1.0
+        old[b, p - 1 : p - 1 + r] = torch.tensor(records.old_log_probs[i], dtype=torch.float32)
+    adv = torch.as_tensor(advantages[rows], dtype=torch.float32)
+    tensors = (input_ids, attention, response_mask, old, adv)
+    return TokenBatch(*(t.to(device) for t in tensors))
+
+
+def token_log_probs(model: Any, batch: TokenBatch, temperature: float = 1.0) -> Any:
+    """log pi(token t+1 | tokens <= t) for every position, shape (B, L - 1)."""
+    import torch
+
+    logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
+    logits = logits[:, :-1].float() / temperature
+    targets = batch.input_ids[:, 1:, None]
+    return torch.log_softmax(logits, dim=-1).gather(-1, targets).squeeze(-1)
+
+
+def ppo_loss(
+    log_probs: Any, batch: TokenBatch, ref_log_probs: Any, algo: AlgoConfig
+) -> tuple[Any, dict[str, float]]:
+    """The scalar loss of one batch and its statistics (clip fraction, KL, ratio)."""
+    import torch
+
+    token_adv = broadcast_to_tokens(batch.advantages, batch.response_mask)
+    per_token = ppo_clip_loss(
+        log_probs,
+        batch.old_log_probs,
+        token_adv,
+        clip_low=algo.clip_low,
+        clip_high=algo.clip_high,
+    )
+    stats: dict[str, float] = {}
+    mask = batch.response_mask
+    if ref_log_probs is not None and algo.kl_coef > 0:
+        kl = kl_penalty(log_probs, ref_log_probs, estimator=algo.kl_estimator)
+        per_token = per_token + algo.kl_coef * kl
+        stats["kl"] = float(aggregate_loss(kl.detach(), mask))
+    loss = aggregate_loss(per_token, mask, mode=algo.loss_agg)
+    with torch.no_grad():
+        ratio = torch.exp(log_probs - batch.old_log_probs)
+        clipped = ((ratio < 1 - algo.clip_low) | (ratio > 1 + algo.clip_high)).float()
+        stats["clip_frac"] = float(aggregate_loss(clipped, mask))
+        stats["ratio_max"] = float((ratio * mask).max()) if mask.any() else 1.0
+    return loss, stats
+
+
+def ppo_update(
+    model: Any,
+    reference: Any,
+    optimizer: Any,
+    records: StepRecords,
+    advantages: np.ndarray,
+    algo: AlgoConfig,
+    *,
+    pad_id: int,
+    temperature: float,
+    max_grad_norm: float,
+    generator: np.random.Generator,
+) -> dict[str, float]:
+    """PPO epochs over shuffled minibatches of step records; one optimizer step each.
+
+    Returns:
+        Mean loss, clip fraction, KL (when on) and gradient norm over the minibatches.
+    """
+    import torch
+
+    n = len(records)
+    sums: dict[str, float] = {}
+    steps = 0
+    model.train()
+    for _ in range(algo.ppo_epochs):
+        order = generator.permutation(n)
+        for start in range(0, n, algo.minibatch_size):
+            rows = order[start : start + algo.minibatch_size]
+            batch = make_batch(records, rows, advantages, pad_id, model.device)
+            ref_lp = None
+            if reference is not None and algo.kl_coef > 0:
+                with torch.no_grad():
+                    ref_lp = token_log_probs(reference, batch, temperature)
+            log_probs = token_log_probs(model, batch, temperature)
+            loss, stats = ppo_loss(log_probs, batch, ref_lp, algo)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            trainable = [p for p in model.parameters() if p.requires_grad]
+            grad_norm = torch.nn.utils.clip_grad_norm_(trainable, max_grad_norm)
+            optimizer.step()
+            stats.update(loss=float(loss.detach()), grad_norm=float(grad_norm))
+            for key, value in stats.items():
+                sums[key] = sums.get(key, 0.0) + value
+            steps += 1
+    model.eval()
+    return {key: value / max(steps, 1) for key, value in sums.items()}

@@ -1,0 +1,191 @@
+"""Our flags for GiGPO on OpenRLHF, separated from OpenRLHF's own, and the resolved command.
+
+``python -m training.openrlhf.train`` takes OpenRLHF 0.11's dotted flags unchanged, plus:
+
+==============================  ===========================================================
+``--env``                       environment id (``gigpo/Sokoban-v0``)
+``--env.kwargs``                JSON object passed to ``gymnasium.make``
+``--env.num_tasks``             tasks (start seeds) in the generated prompt dataset
+``--env.seed``                  first task seed
+``--env.max_turns``             turns per episode
+``--env.max_new_tokens``        tokens per response
+``--env.format_instruction``    replaces the prompt template's format instruction
+``--group_size``                samples per task: sets ``--rollout.n_samples_per_prompt``
+``--history_length``            past steps restated in each new observation message
+``--algo.gigpo.*``              ``step_advantage_w``, ``gamma``, ``mode``,
+                                ``similarity_thresh``, ``episode_stats``,
+                                ``invalid_penalty`` (see :class:`GiGPOSettings`)
+==============================  ===========================================================
+
+``--algo.advantage.estimator gigpo`` (the default here) turns the GiGPO estimator on; any
+other value leaves OpenRLHF's estimators untouched. Everything in this module is pure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from training.openrlhf.estimator import SETTINGS_ENV, GiGPOSettings
+from training.openrlhf.executor import Task, task_label
+
+AGENT_FUNC = Path(__file__).resolve().parent / "agent_func.py"
+SETUP_HOOK = "training.openrlhf.patch.setup_worker"
+OPENRLHF_MODULE = "openrlhf.cli.train_ppo_ray"
+#: OpenRLHF parses the estimator with fixed choices; GiGPO runs under this group estimator's
+#: argument checks (it needs n_samples_per_prompt > 1, as GiGPO does) and replaces its math.
+CARRIER_ESTIMATOR = "group_norm"
+#: The env vars OpenRLHF's own ``ray.init`` sets, kept since ours runs first.
+OPENRLHF_ENV_DEFAULTS = {
+    "TOKENIZERS_PARALLELISM": "true",
+    "NCCL_DEBUG": "WARN",
+    "RAY_ENABLE_ZERO_COPY_TORCH_TENSORS": "1",
+}
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Everything a run needs: OpenRLHF's argv, our settings, the dataset to write, Ray's env."""
+
+    openrlhf_args: list[str]
+    settings: GiGPOSettings | None
+    dataset_path: Path | None
+    tasks: list[Task]
+    runtime_env: dict
+
+    def command(self, python: str = "python") -> list[str]:
+        """OpenRLHF's command line as it runs (inside ``training.openrlhf.train``)."""
+        return [python, "-m", OPENRLHF_MODULE, *self.openrlhf_args]
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    p.add_argument("--env", dest="env_id", default="gigpo/Sokoban-v0")
+    p.add_argument("--env.kwargs", dest="env_kwargs", default="{}")
+    p.add_argument("--env.num_tasks", dest="num_tasks", type=int, default=1024)
+    p.add_argument("--env.seed", dest="seed", type=int, default=0)
+    p.add_argument("--env.max_turns", dest="max_turns", type=int, default=10)
+    p.add_argument("--env.max_new_tokens", dest="max_new_tokens", type=int, default=512)
+    p.add_argument("--env.format_instruction", dest="format_instruction", default=None)
+    p.add_argument("--group_size", type=int, default=None)
+    p.add_argument("--history_length", type=int, default=0)
+    p.add_argument(
+        "--algo.gigpo.step_advantage_w", dest="step_advantage_w", type=float, default=1.0
+    )
+    p.add_argument("--algo.gigpo.gamma", dest="gamma", type=float, default=0.95)
+    p.add_argument("--algo.gigpo.mode", dest="mode", default="mean_std_norm")
+    p.add_argument("--algo.gigpo.similarity_thresh", dest="similarity_thresh", default=None)
+    p.add_argument("--algo.gigpo.episode_stats", dest="episode_stats", default="trajectory")
+    p.add_argument("--algo.gigpo.invalid_penalty", dest="invalid_penalty", type=float, default=0.0)
+    p.add_argument("--algo.advantage.estimator", dest="estimator", default="gigpo")
+    p.add_argument("--gigpo.dataset_dir", dest="dataset_dir", default="runs/openrlhf_gigpo")
+    return p
+
+
+class UsageError(ValueError):
+    """A flag combination GiGPO on OpenRLHF cannot run with."""
+
+
+def plan(argv: list[str]) -> Plan:
+    """Splits ``argv`` into our flags and OpenRLHF's, and resolves the run.
+
+    Raises:
+        UsageError: bad values, or flags that contradict GiGPO.
+    """
+    try:
+        ours, theirs = _parser().parse_known_args(argv)
+    except SystemExit:
+        raise UsageError(
+            "could not parse the gigpo flags (see the --help of this module)"
+        ) from None
+    try:
+        env_kwargs = json.loads(ours.env_kwargs)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"--env.kwargs is not JSON: {exc}") from None
+    if not isinstance(env_kwargs, dict):
+        raise UsageError("--env.kwargs must be a JSON object")
+    if ours.num_tasks < 1 or ours.seed < 0 or ours.max_turns < 1 or ours.history_length < 0:
+        raise UsageError("--env.num_tasks and --env.max_turns must be >= 1, seeds >= 0")
+    theirs = list(theirs)
+    if ours.group_size is not None:
+        if ours.group_size < 2:
+            raise UsageError("--group_size must be >= 2 (a GiGPO group needs two rollouts)")
+        if _has_flag(theirs, "--rollout.n_samples_per_prompt"):
+            raise UsageError("give either --group_size or --rollout.n_samples_per_prompt")
+        theirs += ["--rollout.n_samples_per_prompt", str(ours.group_size)]
+
+    settings = None
+    if ours.estimator == "gigpo":
+        try:
+            similarity = (
+                None
+                if ours.similarity_thresh in (None, "none", "None")
+                else float(ours.similarity_thresh)
+            )
+            settings = GiGPOSettings(
+                step_advantage_w=ours.step_advantage_w,
+                gamma=ours.gamma,
+                mode=ours.mode,
+                similarity_thresh=similarity,
+                episode_stats=ours.episode_stats,
+                invalid_penalty=ours.invalid_penalty,
+            )
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+        if not _has_flag(theirs, "--algo.kl.use_loss") and _flag_value(
+            theirs, "--algo.kl.init_coef", "0.01"
+        ) not in ("0", "0.0"):
+            raise UsageError(
+                "gigpo writes advantages directly: put the KL in the loss (--algo.kl.use_loss) "
+                "or turn it off (--algo.kl.init_coef 0)"
+            )
+        theirs += ["--algo.advantage.estimator", CARRIER_ESTIMATOR]
+    else:
+        theirs += ["--algo.advantage.estimator", ours.estimator]
+
+    tasks = [
+        Task(
+            env_id=ours.env_id,
+            seed=ours.seed + i,
+            env_kwargs=env_kwargs,
+            history_length=ours.history_length,
+            max_turns=ours.max_turns,
+            max_new_tokens=ours.max_new_tokens,
+            format_instruction=ours.format_instruction,
+        )
+        for i in range(ours.num_tasks)
+    ]
+    dataset_path = None
+    if not _has_flag(theirs, "--data.prompt_dataset"):
+        dataset_path = Path(ours.dataset_dir).resolve() / "tasks.jsonl"
+        theirs += ["--data.prompt_dataset", str(dataset_path)]
+        theirs += ["--data.input_key", "input", "--data.label_key", "label"]
+    if not _has_flag(theirs, "--train.agent_func_path"):
+        theirs += ["--train.agent_func_path", str(AGENT_FUNC)]
+    env_vars = dict(OPENRLHF_ENV_DEFAULTS)
+    if settings is not None:
+        env_vars[SETTINGS_ENV] = settings.to_json()
+    runtime_env = {"env_vars": env_vars, "worker_process_setup_hook": SETUP_HOOK}
+    return Plan(theirs, settings, dataset_path, tasks, runtime_env)
+
+
+def dataset_lines(tasks: list[Task]) -> list[str]:
+    """The prompt dataset: one JSON line per task; the label is the task."""
+    return [
+        json.dumps({"input": f"{t.env_id} task {t.seed}", "label": task_label(t)}) for t in tasks
+    ]
+
+
+def _has_flag(args: list[str], flag: str) -> bool:
+    return any(a == flag or a.startswith(flag + "=") for a in args)
+
+
+def _flag_value(args: list[str], flag: str, default: str) -> str:
+    for i, a in enumerate(args):
+        if a.startswith(flag + "="):
+            return a.split("=", 1)[1]
+        if a == flag and i + 1 < len(args):
+            return args[i + 1]
+    return default

@@ -1,0 +1,193 @@
+"""The thin glue: GiGPO in OpenRLHF 0.11.2's experience maker, applied in every Ray worker.
+
+OpenRLHF 0.11 has no hook for a custom advantage estimator. Two methods are wrapped:
+
+* ``SamplesGenerator._process_response_into_experience``: after OpenRLHF builds a sample,
+  the executor's per-turn record (``response["gigpo"]``) is put in
+  ``experience.info["gigpo_turns"]``;
+* ``RemoteExperienceMaker.compute_advantages_and_returns``: when the run's settings are in
+  ``$GIGPO_OPENRLHF_SETTINGS``, advantages come from :func:`training.openrlhf.estimator.
+  batch_advantages` (each turn's own value on its own tokens) instead of OpenRLHF's.
+
+The wrappers are installed when those modules are first imported, in any process where
+:func:`setup_worker` ran: Ray runs it in every worker process through
+``runtime_env={"worker_process_setup_hook": "training.openrlhf.patch.setup_worker"}``.
+The code is written against one OpenRLHF release; any other raises a clear error.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.abc
+import importlib.metadata
+import importlib.util
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from training.openrlhf.estimator import GiGPOSettings, batch_advantages
+from training.openrlhf.records import INFO_KEY, EpisodeTurns
+
+PINNED_VERSION = "0.11.2"
+SAMPLES_MODULE = "openrlhf.trainer.ppo_utils.samples_generator"
+MAKER_MODULE = "openrlhf.trainer.ppo_utils.experience_maker"
+_PATCHED_MARK = "__gigpo_patched__"
+
+
+def check_openrlhf_version(installed: str | None = None) -> str:
+    """Returns the installed OpenRLHF version; raises unless it is the pinned one.
+
+    Args:
+        installed: a version string to check instead of the installed distribution's.
+
+    Raises:
+        ImportError: OpenRLHF is not installed.
+        RuntimeError: another version is installed.
+    """
+    if installed is None:
+        try:
+            installed = importlib.metadata.version("openrlhf")
+        except importlib.metadata.PackageNotFoundError:
+            raise ImportError(
+                f'GiGPO on OpenRLHF needs openrlhf=={PINNED_VERSION}: pip install "gigpo[openrlhf]"'
+            ) from None
+    if installed != PINNED_VERSION:
+        raise RuntimeError(
+            f"training.openrlhf patches OpenRLHF internals and supports exactly "
+            f"openrlhf=={PINNED_VERSION}, but {installed} is installed: "
+            f'pip install "gigpo[openrlhf]" (or openrlhf=={PINNED_VERSION})'
+        )
+    return installed
+
+
+def attach_turns(experience: Any, response: dict[str, Any], max_len: int) -> Any:
+    """Puts the executor's turn record into ``experience.info`` (a one-element list, which
+    OpenRLHF's sample concatenation chains into one entry per row)."""
+    record = response.get("gigpo")
+    if record is not None:
+        experience.info[INFO_KEY] = [dict(record, max_len=int(max_len))]
+    return experience
+
+
+def apply_gigpo(experiences: list[Any], settings: GiGPOSettings) -> list[Any]:
+    """Writes GiGPO advantages and returns into OpenRLHF experiences (in place).
+
+    Each experience must carry ``info["gigpo_turns"]`` (one record per row); it is removed,
+    since OpenRLHF's metric logging accepts only numbers there.
+    """
+    import torch
+
+    batch = []
+    for i, experience in enumerate(experiences):
+        records = experience.info.pop(INFO_KEY, None)
+        if records is None:
+            raise ValueError(
+                f"experience {i} has no {INFO_KEY!r}: the gigpo estimator needs the gigpo "
+                "agent executor (--train.agent_func_path training/openrlhf/agent_func.py)"
+            )
+        batch.append([EpisodeTurns.from_dict(r) for r in records])
+    shapes = [tuple(e.action_mask.shape) for e in experiences]
+    advantages, returns = batch_advantages(batch, shapes, settings)
+    for experience, adv, ret in zip(experiences, advantages, returns, strict=True):
+        mask = experience.action_mask
+        values = torch.as_tensor(adv, dtype=torch.float32, device=mask.device) * mask
+        experience.advantages = values
+        experience.returns = values.clone()
+        experience.info["return"] = torch.as_tensor(ret, dtype=torch.float32)
+        experience.kl = None
+    return experiences
+
+
+def _wrap_process_response(original: Callable) -> Callable:
+    @functools.wraps(original)
+    def process_response(self: Any, response: dict[str, Any], **generate_kwargs: Any) -> Any:
+        experience = original(self, response, **generate_kwargs)
+        return attach_turns(experience, response, generate_kwargs.get("max_len", 2048))
+
+    return process_response
+
+
+def _wrap_compute_advantages(original: Callable) -> Callable:
+    @functools.wraps(original)
+    def compute_advantages_and_returns(self: Any, experiences: list[Any]) -> list[Any]:
+        settings = GiGPOSettings.from_environ()
+        if settings is None:
+            return original(self, experiences)
+        return apply_gigpo(experiences, settings)
+
+    return compute_advantages_and_returns
+
+
+def patch_samples_module(module: Any) -> None:
+    cls = module.SamplesGenerator
+    if not getattr(cls, _PATCHED_MARK, False):
+        cls._process_response_into_experience = _wrap_process_response(
+            cls._process_response_into_experience
+        )
+        setattr(cls, _PATCHED_MARK, True)
+
+
+def patch_maker_module(module: Any) -> None:
+    cls = module.RemoteExperienceMaker
+    if not getattr(cls, _PATCHED_MARK, False):
+        cls.compute_advantages_and_returns = _wrap_compute_advantages(
+            cls.compute_advantages_and_returns
+        )
+        setattr(cls, _PATCHED_MARK, True)
+
+
+PATCHES: dict[str, Callable[[Any], None]] = {
+    SAMPLES_MODULE: patch_samples_module,
+    MAKER_MODULE: patch_maker_module,
+}
+
+
+class _PatchOnImport(importlib.abc.MetaPathFinder):
+    """Runs ``patches[name](module)`` right after module ``name`` is first executed.
+
+    Workers that never import OpenRLHF's trainer (vLLM engines) pay nothing for the hook.
+    """
+
+    def __init__(self, patches: dict[str, Callable[[Any], None]]) -> None:
+        self.patches = patches
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+        if fullname not in self.patches:
+            return None
+        sys.meta_path.remove(self)
+        try:
+            spec = importlib.util.find_spec(fullname)
+        finally:
+            sys.meta_path.insert(0, self)
+        if spec is None or spec.loader is None:
+            return spec
+        loader, patch = spec.loader, self.patches[fullname]
+        exec_module = loader.exec_module
+
+        def exec_and_patch(module: Any) -> None:
+            exec_module(module)
+            patch(module)
+
+        loader.exec_module = exec_and_patch  # type: ignore[method-assign]
+        return spec
+
+
+def install_patches(patches: dict[str, Callable[[Any], None]] | None = None) -> None:
+    """Patches the modules now if already imported, else as soon as they are imported."""
+    patches = PATCHES if patches is None else patches
+    pending = {}
+    for name, patch in patches.items():
+        if name in sys.modules:
+            patch(sys.modules[name])
+        else:
+            pending[name] = patch
+    if pending and not any(
+        isinstance(f, _PatchOnImport) and f.patches == pending for f in sys.meta_path
+    ):
+        sys.meta_path.insert(0, _PatchOnImport(pending))
+
+
+def setup_worker() -> None:
+    """Ray's ``worker_process_setup_hook``: version check, then the GiGPO patches."""
+    check_openrlhf_version()
+    install_patches()

@@ -1,0 +1,78 @@
+"""What the agent executor records per episode, and how it travels to the trainer.
+
+One :class:`EpisodeTurns` per OpenRLHF sample (one episode): per turn, the step reward, the
+anchor (the key of the state the turn acted from), whether the action was valid, and the
+token range of the response; plus the episode's group (its task) and a trajectory id. It
+rides in ``Experience.info["gigpo_turns"]`` as a plain dict (a list of them once OpenRLHF
+concatenates samples: its merge chains lists), and the estimator reads it back.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+INFO_KEY = "gigpo_turns"
+
+
+@dataclass(frozen=True)
+class EpisodeTurns:
+    """The per-turn record of one episode.
+
+    Attributes:
+        group: episode group (the task: every sample of one prompt shares it).
+        traj: trajectory id, unique within the group.
+        rewards: float per turn.
+        anchors: state key per turn (the state the response acted on).
+        valid: bool per turn (``info["is_action_valid"]``).
+        action_ranges: ``(start, end)`` token range of each response in the full sequence.
+        sequence_length: tokens in the full (untruncated) sequence.
+        max_len: the truncation length OpenRLHF applies (``--data.max_len``).
+        won: whether the episode was won.
+    """
+
+    group: str
+    traj: str
+    rewards: list[float] = field(default_factory=list)
+    anchors: list[str] = field(default_factory=list)
+    valid: list[bool] = field(default_factory=list)
+    action_ranges: list[tuple[int, int]] = field(default_factory=list)
+    sequence_length: int = 0
+    max_len: int = 2048
+    won: bool = False
+
+    def __post_init__(self) -> None:
+        k = len(self.rewards)
+        for name in ("anchors", "valid", "action_ranges"):
+            if len(getattr(self, name)) != k:
+                raise ValueError(
+                    f"EpisodeTurns.{name} has {len(getattr(self, name))} entries, rewards has {k}"
+                )
+        if not all(isinstance(r, int | float) and math.isfinite(r) for r in self.rewards):
+            raise ValueError(f"EpisodeTurns.rewards must be finite numbers, got {self.rewards!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Any) -> EpisodeTurns:
+        """Reads a dict written by :meth:`to_dict`; raises ValueError naming what is wrong."""
+        if not isinstance(data, dict):
+            raise ValueError(f"a gigpo turn record must be a dict, got {type(data).__name__}")
+        try:
+            return cls(
+                group=str(data["group"]),
+                traj=str(data["traj"]),
+                rewards=[float(r) for r in data["rewards"]],
+                anchors=[str(a) for a in data["anchors"]],
+                valid=[bool(v) for v in data["valid"]],
+                action_ranges=[(int(s), int(e)) for s, e in data["action_ranges"]],
+                sequence_length=int(data["sequence_length"]),
+                max_len=int(data["max_len"]),
+                won=bool(data.get("won", False)),
+            )
+        except KeyError as exc:
+            raise ValueError(f"gigpo turn record lacks {exc.args[0]!r}") from None
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"malformed gigpo turn record: {exc}") from None

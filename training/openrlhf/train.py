@@ -1,0 +1,66 @@
+"""``python -m training.openrlhf.train [--dry-run] [OpenRLHF flags] [gigpo flags]``.
+
+Resolves the flags (:mod:`training.openrlhf.command`), writes the task dataset, starts or
+joins Ray with the GiGPO worker setup hook, patches this process too, and runs OpenRLHF
+0.11.2's PPO entry point in-process. ``--dry-run`` prints the resolved run and exits without
+importing OpenRLHF or Ray.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import runpy
+import shlex
+import sys
+
+from training.openrlhf.command import OPENRLHF_MODULE, UsageError, dataset_lines, plan
+
+
+def describe(run_plan, python: str = "python") -> str:
+    """The resolved run as text: settings, Ray runtime env, the OpenRLHF command."""
+    lines = [
+        "# gigpo settings: "
+        + (run_plan.settings.to_json() if run_plan.settings else "off (OpenRLHF estimator)"),
+        f"# tasks: {len(run_plan.tasks)} of {run_plan.tasks[0].env_id}"
+        + (f" -> {run_plan.dataset_path}" if run_plan.dataset_path else ""),
+        "# ray runtime_env: " + json.dumps(run_plan.runtime_env, sort_keys=True),
+        shlex.join(run_plan.command(python)),
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    dry_run = "--dry-run" in argv
+    argv = [a for a in argv if a != "--dry-run"]
+    try:
+        run_plan = plan(argv)
+    except UsageError as exc:
+        print(f"training.openrlhf.train: {exc}", file=sys.stderr)
+        return 2
+    if dry_run:
+        print(describe(run_plan, sys.executable))
+        return 0
+
+    from training.openrlhf.patch import check_openrlhf_version, install_patches
+
+    check_openrlhf_version()
+    if run_plan.dataset_path is not None:
+        run_plan.dataset_path.parent.mkdir(parents=True, exist_ok=True)
+        run_plan.dataset_path.write_text("\n".join(dataset_lines(run_plan.tasks)) + "\n")
+    os.environ.update(run_plan.runtime_env["env_vars"])
+    install_patches()
+    import ray
+
+    if not ray.is_initialized():
+        address = os.environ.get("RAY_ADDRESS")
+        ray.init(address=address or None, runtime_env=run_plan.runtime_env)
+    print(describe(run_plan, sys.executable), flush=True)
+    sys.argv = [OPENRLHF_MODULE, *run_plan.openrlhf_args]
+    runpy.run_module(OPENRLHF_MODULE, run_name="__main__", alter_sys=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
