@@ -12,6 +12,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
+from shared_data import shared_data_dir
 
 import gigpo_envs
 from gigpo_envs import HistoryPrompt, make_group_vec
@@ -24,16 +25,7 @@ PACKAGE_ROOT = str(Path(gigpo_envs.__file__).resolve().parent.parent)
 
 
 def shared_alfworld_dir() -> Path:
-    """``<repo>/../shared/data/alfworld`` (or ``$GIGPO_SHARED_DATA/alfworld``)."""
-    root = os.environ.get("GIGPO_SHARED_DATA")
-    base = Path(root) if root else Path(__file__).resolve().parents[3] / "shared" / "data"
-    path = base / "alfworld"
-    if not (path / "json_2.1.1").is_dir():
-        raise FileNotFoundError(
-            f"the shared ALFWorld sample is missing at {path}: put the project's shared/ data "
-            "beside the repository (or set GIGPO_SHARED_DATA)"
-        )
-    return path
+    return shared_data_dir("alfworld", "json_2.1.1")
 
 
 @pytest.fixture(scope="module")

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from shared_data import shared_data_dir
 
 import gigpo_envs
 from gigpo_envs.alfworld import TASK_TYPES, find_games
@@ -74,7 +75,7 @@ def test_alfred_tw_env_loads_every_generated_game(generated):
 
 
 def test_alfred_tw_env_loads_the_shared_sample():
-    base = Path(__file__).resolve().parents[3] / "shared" / "data" / "alfworld"
+    base = shared_data_dir("alfworld", "json_2.1.1")
     listed = _alfred_tw_env_games(base / "json_2.1.1" / "train")
     assert len(listed) == 1 and listed[0].endswith("trial_T0/game.tw-pddl")
 

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import csv
 import json
-import os
-from pathlib import Path
 
 import gymnasium as gym
 import pytest
 from gymnasium.utils.env_checker import check_env
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from shared_data import shared_data_dir
 
 import gigpo_envs  # noqa: F401  (registers the environments)
 from gigpo_envs import HistoryPrompt, make_group_vec
@@ -25,14 +24,7 @@ from gigpo_envs.searchqa import (
     token_f1,
 )
 
-DATA = Path(
-    os.environ.get("GIGPO_SHARED_DATA", Path(__file__).resolve().parents[3] / "shared" / "data")
-)
-SEARCHQA = DATA / "searchqa"
-if not (SEARCHQA / "wiki_sample_1000.jsonl").is_file():
-    pytest.fail(
-        f"the shared test data is missing: {SEARCHQA} (set $GIGPO_SHARED_DATA)", pytrace=False
-    )
+SEARCHQA = shared_data_dir("searchqa", "wiki_sample_1000.jsonl")
 CORPUS = SEARCHQA / "wiki_sample_1000.jsonl"
 NQ = SEARCHQA / "nq_test16.jsonl"
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import re
 import subprocess
 import sys
@@ -12,6 +11,7 @@ from pathlib import Path
 
 import gymnasium as gym
 import pytest
+from shared_data import shared_data_dir
 
 import gigpo_envs
 from gigpo_envs import HistoryPrompt, make_group_vec
@@ -29,14 +29,6 @@ from gigpo_envs.webshop.shop import GOAL_SHUFFLE_SEED, goal_order, split_ranges
 
 PACKAGE_ROOT = str(Path(gigpo_envs.__file__).resolve().parent.parent)
 SEP = " [SEP] "
-
-
-def _shared_webshop_dir() -> Path:
-    root = os.environ.get("GIGPO_SHARED_DATA")
-    base = Path(root) if root else Path(__file__).resolve().parents[3] / "shared" / "data"
-    if not (base / "webshop" / "items_sample.json").is_file():
-        raise FileNotFoundError(f"the real WebShop sample is missing under {base}/webshop")
-    return base / "webshop"
 
 
 def act(env, text: str):
@@ -363,7 +355,7 @@ def test_env_on_original_files_and_on_the_real_sample(tmp_path):
     assert env.shop.shop_id.startswith("files:")
     assert play_expert(env, 0)[0] == 1.0
     # the real sample, with the sample's human instructions given to its products
-    sample = _shared_webshop_dir()
+    sample = shared_data_dir("webshop", "items_sample.json")
     raw = json.loads((sample / "items_sample.json").read_text())
     human = list(json.loads((sample / "human_ins_sample.json").read_text()).values())
     remapped = {item["asin"]: entries for item, entries in zip(raw, human, strict=False)}

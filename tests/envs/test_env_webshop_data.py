@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
-import os
 from collections import Counter
 from pathlib import Path
 
 import pytest
+from shared_data import shared_data_dir
 
 from gigpo_envs.webshop.catalog import generate_catalog, generate_raw, write_catalog
 from gigpo_envs.webshop.data import (
@@ -23,22 +23,9 @@ from gigpo_envs.webshop.data import (
 )
 
 
-def shared_webshop_dir() -> Path:
-    """``<repo>/../shared/data/webshop`` (or ``$GIGPO_SHARED_DATA/webshop``)."""
-    root = os.environ.get("GIGPO_SHARED_DATA")
-    base = Path(root) if root else Path(__file__).resolve().parents[3] / "shared" / "data"
-    path = base / "webshop"
-    if not (path / "items_sample.json").is_file():
-        raise FileNotFoundError(
-            f"the real WebShop sample is missing at {path}: these tests need the project's "
-            "shared/ data beside the repository (or GIGPO_SHARED_DATA)"
-        )
-    return path
-
-
 @pytest.fixture(scope="module")
 def sample_dir() -> Path:
-    return shared_webshop_dir()
+    return shared_data_dir("webshop", "items_sample.json")
 
 
 def test_real_sample_products_are_built_as_webshop_builds_them(sample_dir):

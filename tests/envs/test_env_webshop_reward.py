@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from shared_data import shared_data_dir
 
 from gigpo_envs.webshop.data import NO_PRICE_BOUND, Goal, Product
 from gigpo_envs.webshop.reward import (
@@ -191,19 +192,13 @@ def test_no_price_bound_is_met_by_any_price():
 def test_token_set_ratio_equals_thefuzz_0_19_on_real_phrases():
     import difflib
     import json
-    import os
     import random
-    from pathlib import Path
 
     from thefuzz import fuzz
 
     # WebShop pins thefuzz 0.19 without python-Levenshtein: the difflib matcher
     fuzz.SequenceMatcher = difflib.SequenceMatcher
-    shared = os.environ.get("GIGPO_SHARED_DATA")
-    root = Path(shared) if shared else Path(__file__).resolve().parents[3] / "shared" / "data"
-    root = root / "webshop"
-    if not (root / "human_ins_sample.json").is_file():
-        raise FileNotFoundError(f"the real WebShop sample is missing under {root}")
+    root = shared_data_dir("webshop", "human_ins_sample.json")
     human = json.loads((root / "human_ins_sample.json").read_text())
     phrases = [
         text

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import threading
 from pathlib import Path
 
-import pytest
+from shared_data import shared_data_dir
 
 REPO = Path(__file__).resolve().parents[2]
-DATA_ENV = "GIGPO_SHARED_DATA"
 
 #: backend -> extra ``index`` options used by the tests (dense: HNSW, texts cut to 128
 #: tokens so that encoding 1,000 passages on two CPU cores takes about half a minute).
@@ -24,11 +22,7 @@ INDEX_OPTIONS = {
 
 def data_dir() -> Path:
     """``../shared/data/searchqa`` beside the repository (or ``$GIGPO_SHARED_DATA/searchqa``)."""
-    root = Path(os.environ.get(DATA_ENV, REPO.parent / "shared" / "data"))
-    path = root / "searchqa"
-    if not (path / "wiki_sample_1000.jsonl").is_file():
-        pytest.fail(f"the shared test data is missing: {path} (set ${DATA_ENV})")
-    return path
+    return shared_data_dir("searchqa", "wiki_sample_1000.jsonl")
 
 
 def title_of(doc: dict) -> str:
