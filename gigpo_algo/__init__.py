@@ -5,7 +5,7 @@ Modules:
   GRPO-family baselines, GAE and the DAPO filter (re-exported from ``baselines``);
 - :mod:`gigpo_algo.grouping`: anchor-state grouping (exact and similarity);
 - :mod:`gigpo_algo.tokens`: per-step values onto response tokens;
-- :mod:`gigpo_algo.losses`: PPO clipped loss, KL estimators, loss aggregation.
+- :mod:`gigpo_algo.losses`: PPO clipped loss, KL estimators, entropy, loss aggregation.
 """
 
 from gigpo_algo.advantages import (
@@ -22,7 +22,7 @@ from gigpo_algo.advantages import (
     rloo,
     step_advantages,
 )
-from gigpo_algo.losses import aggregate_loss, kl_penalty, ppo_clip_loss
+from gigpo_algo.losses import aggregate_loss, entropy_from_logits, kl_penalty, ppo_clip_loss
 from gigpo_algo.tokens import broadcast_to_tokens, turns_to_tokens
 
 __all__ = [
@@ -32,6 +32,7 @@ __all__ = [
     "broadcast_to_tokens",
     "discounted_returns",
     "dr_grpo",
+    "entropy_from_logits",
     "episode_advantages",
     "filter_uniform_groups",
     "gae",

@@ -1,4 +1,4 @@
-"""Policy-gradient losses: the PPO clipped surrogate, KL estimators, and loss aggregation.
+"""Policy-gradient losses: the PPO clipped surrogate, KL estimators, entropy, and aggregation.
 
 Each function works on per-token arrays of shape (B, T) (B sequences, T response tokens) and
 accepts numpy arrays, lists or torch tensors. With tensors, everything stays in torch, so the
@@ -115,6 +115,36 @@ def kl_penalty(log_probs: Any, ref_log_probs: Any, *, estimator: str = "k3") -> 
         return 0.5 * d * d
     d = xp.clip(d, -MAX_LOG_RATIO, MAX_LOG_RATIO)
     return xp.exp(d) - d - 1.0
+
+
+def entropy_from_logits(logits: Any) -> Any:
+    """Per-token entropy of the next-token distribution, ``-sum_v p_v log p_v``.
+
+    Args:
+        logits: float, shape (B, T, V): unnormalised scores over a vocabulary of V tokens
+            (already divided by the sampling temperature, if any).
+
+    Returns:
+        float, shape (B, T), in nats; between 0 and ``log V``. Computed in the input's
+        precision (pass float32 logits for a float32 entropy).
+    """
+    shape = tuple(np.shape(logits))
+    if len(shape) != 3 or shape[-1] < 1:
+        raise ValueError(f"logits must have shape (B, T, V) with V >= 1, got {shape}")
+    tensor = first_tensor(logits)
+    if tensor is not None:
+        import torch
+
+        log_p = torch.log_softmax(logits, dim=-1)
+        p = log_p.exp()
+        # 0 log 0 = 0 for tokens masked out with -inf logits.
+        return -torch.where(p > 0, p * log_p, torch.zeros_like(p)).sum(dim=-1)
+    x = np.asarray(logits, dtype=np.float64)
+    shifted = x - x.max(axis=-1, keepdims=True)
+    with np.errstate(invalid="ignore"):
+        log_p = shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+        p = np.exp(log_p)
+        return -np.where(p > 0, p * log_p, 0.0).sum(axis=-1)
 
 
 def aggregate_loss(

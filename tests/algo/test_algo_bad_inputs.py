@@ -9,6 +9,7 @@ from gigpo_algo import (
     anchor_groups,
     broadcast_to_tokens,
     discounted_returns,
+    entropy_from_logits,
     episode_advantages,
     filter_uniform_groups,
     gae,
@@ -78,6 +79,8 @@ CASES = [
     (lambda: ppo_clip_loss(*[np.zeros((1, 2))] * 3, clip_low=-0.1), "clip_low"),
     (lambda: kl_penalty(np.zeros((1, 2)), np.zeros((1, 2)), estimator="k4"), "estimator"),
     (lambda: aggregate_loss(np.zeros((1, 2)), np.ones((1, 2)), mode="sum"), "mode"),
+    (lambda: entropy_from_logits(np.zeros((2, 3))), "logits"),
+    (lambda: entropy_from_logits(np.zeros((1, 2, 0))), "logits"),
     (
         lambda: aggregate_loss(
             np.zeros((1, 2)), np.ones((1, 2)), mode="seq-mean-token-sum-norm", norm_length=0

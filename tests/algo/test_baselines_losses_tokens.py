@@ -10,6 +10,7 @@ from gigpo_algo import (
     aggregate_loss,
     broadcast_to_tokens,
     dr_grpo,
+    entropy_from_logits,
     filter_uniform_groups,
     gae,
     grpo,
@@ -104,6 +105,25 @@ def test_kl_estimators_by_hand():
     assert kl_penalty(lp, ref, estimator="k2")[0, 0] == pytest.approx(0.5 * d * d)
     assert kl_penalty(lp, ref, estimator="k3")[0, 0] == pytest.approx(math.exp(d) - d - 1)
     assert kl_penalty(lp, lp)[0, 0] == 0.0
+
+
+def test_entropy_from_logits_by_hand_and_in_torch():
+    logits = np.array([[[0.0, 0.0, 0.0, 0.0], [math.log(3.0), 0.0, -np.inf, -np.inf]]])
+    got = entropy_from_logits(logits)
+    assert got.shape == (1, 2)
+    assert got[0, 0] == pytest.approx(math.log(4))  # uniform over 4
+    p = np.array([0.75, 0.25])
+    assert got[0, 1] == pytest.approx(-(p * np.log(p)).sum())
+    # Shifting logits changes nothing; huge logits do not overflow.
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(2, 3, 7))
+    np.testing.assert_allclose(entropy_from_logits(x + 1000.0), entropy_from_logits(x))
+    t = torch.tensor(x, requires_grad=True)
+    ent = entropy_from_logits(t)
+    assert isinstance(ent, torch.Tensor) and ent.dtype == torch.float64
+    np.testing.assert_allclose(ent.detach().numpy(), entropy_from_logits(x), rtol=1e-12)
+    ent.sum().backward()  # differentiable: the bonus pushes logits toward uniform
+    assert torch.isfinite(t.grad).all() and t.grad.abs().sum() > 0
 
 
 def test_k3_is_unbiased_estimate_of_kl():
