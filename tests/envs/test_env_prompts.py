@@ -83,3 +83,30 @@ def test_every_env_has_its_own_task_text(env_id):
     prompt, info = env.reset(seed=0)
     assert info["messages"][0]["content"] != gigpo_envs.PromptTemplate().system_text()
     assert info["raw_observation"] in prompt
+
+
+def test_order_arranges_the_user_message_and_rejects_bad_parts():
+    base = gym.make("gigpo/Sokoban-v0").unwrapped.prompt_template
+    last = dataclasses.replace(base, order=("format", "admissible", "history", "current"))
+    env = HistoryPrompt(gym.make("gigpo/Sokoban-v0"), history_length=1, template=last)
+    env.reset(seed=2)
+    _, _, _, _, info = env.step("<action>up</action>")
+    user = info["messages"][1]["content"]
+    current = f"[Step 1 observation, current]\n{info['raw_observation']}"
+    assert user.endswith(current)
+    spots = [user.index(s) for s in ("<think>", "Admissible actions:", "[Step 0 observation]")]
+    assert spots == sorted(spots) and spots[-1] < user.index(current)
+    # A part left out is not shown; the default order is unchanged.
+    bare = HistoryPrompt(
+        gym.make("gigpo/Sokoban-v0"), template=dataclasses.replace(base, order=("current",))
+    )
+    _, info = bare.reset(seed=2)
+    assert (
+        info["messages"][1]["content"]
+        == f"[Step 0 observation, current]\n{info['raw_observation']}"
+    )
+    _, info = HistoryPrompt(gym.make("gigpo/Sokoban-v0")).reset(seed=2)
+    assert info["messages"][1]["content"].startswith("[Step 0 observation, current]")
+    for bad in (("current", "current"), ("observation",), ("history", "actions")):
+        with pytest.raises(ValueError, match="order"):
+            dataclasses.replace(base, order=bad)
