@@ -26,6 +26,9 @@ def test_yaml_then_overrides(tmp_path):
             "--algo.similarity=null",
             "--optim.lr=1e-4",
             "--run.label=123",
+            "--env.format_instruction=Answer like this: <action>+</action>",
+            "--env.template={order: [format, current], current: '{observation}'}",
+            "--algo.entropy_coef=0.01",
         ],
     )
     assert config.env.id == "gigpo/EZPoints-v0"
@@ -37,6 +40,10 @@ def test_yaml_then_overrides(tmp_path):
     assert config.algo.similarity is None
     assert config.optim.lr == pytest.approx(1e-4)
     assert config.run.label == "123"
+    # "key: value" text stays text for a string option (YAML would read a mapping).
+    assert config.env.format_instruction == "Answer like this: <action>+</action>"
+    assert config.env.template == {"order": ["format", "current"], "current": "{observation}"}
+    assert config.algo.entropy_coef == pytest.approx(0.01)
 
 
 @pytest.mark.parametrize(
@@ -59,6 +66,11 @@ def test_yaml_then_overrides(tmp_path):
         ("", ["--run.progress=maybe"], "true or false"),
         ("", ["--rollout.temperature=0"], "temperature must be > 0"),
         ("", ["--env.kwargs=[1, 2]"], "env.kwargs must be a mapping"),
+        ("", ["--env.template={nope: x}"], "unknown PromptTemplate field"),
+        ("", ["--env.template={order: [current, observation]}"], "order must name"),
+        ("", ["--env.template={order: current}"], "order must be a list"),
+        ("", ["--env.template={task: 3}"], "template.task must be a string"),
+        ("", ["--algo.entropy_coef=-0.1"], "entropy_coef must be >= 0"),
     ],
 )
 def test_bad_config_is_a_clear_error(tmp_path, text, overrides, message):
@@ -71,3 +83,15 @@ def test_bad_config_is_a_clear_error(tmp_path, text, overrides, message):
 def test_missing_file_is_a_clear_error(tmp_path):
     with pytest.raises(ConfigError, match="cannot read config file"):
         load_config(tmp_path / "absent.yaml")
+
+
+def test_warmup_ramps_the_learning_rate_linearly():
+    from training.local.train import learning_rate
+
+    config = load_config(None, ["--optim.lr=1e-4", "--optim.warmup_iterations=4"])
+    rates = [learning_rate(config, k) for k in range(6)]
+    assert rates == pytest.approx([2.5e-5, 5e-5, 7.5e-5, 1e-4, 1e-4, 1e-4])
+    config = load_config(None, ["--optim.lr=1e-4"])
+    assert learning_rate(config, 0) == pytest.approx(1e-4)
+    with pytest.raises(ConfigError, match="warmup_iterations must be >= 0"):
+        load_config(None, ["--optim.warmup_iterations=-1"])

@@ -82,3 +82,15 @@ def test_grpo_and_rloo_give_every_step_its_episode_advantage(model_and_tokenizer
     assert rloo[2] == pytest.approx(-0.5 - (1.0 + 0.0) / 2)
     gigpo = compute_advantages(rec, AlgoConfig(estimator="gigpo"))
     assert gigpo[0] != gigpo[1]  # steps of one episode get different advantages
+
+
+def test_template_overrides_reach_the_prompts():
+    order = {"order": ["format", "admissible", "history", "current"], "current": "{observation}"}
+    envs = make_envs("gigpo/NumberLine-v0", 2, 2, 0, "Answer: <action>+</action>", {}, order)
+    _, infos = envs.reset(seed=0)
+    for messages, raw in zip(infos["messages"], infos["raw_observation"], strict=True):
+        user = messages[1]["content"]
+        assert user.startswith("Answer: <action>+</action>") and user.endswith("\n\n" + raw)
+    envs.close()
+    with pytest.raises(ValueError, match="order"):
+        make_envs("gigpo/NumberLine-v0", 1, 2, 0, None, {}, {"order": ["nope"]})

@@ -34,6 +34,10 @@ class ModelConfig:
     trainable_layers: int = 0
     """Train only the last this many decoder layers and the final norm (0: every weight).
     Backpropagation then stops early: the update of a 135M model on CPU runs ~2x faster."""
+    share_prefix: bool = True
+    """Run the prompt start that all rows of a batch share once, in generation and in the
+    update (same numbers, a fraction of the compute; see training/local/prefix.py). Turn off
+    for a model whose cache cannot be repeated over a batch."""
     tiny_hidden_size: int = 32
     tiny_layers: int = 2
     tiny_vocab_size: int = 400
@@ -53,6 +57,9 @@ class EnvConfig:
     max_turns: int = 8
     format_instruction: str | None = None
     """Replaces the template's format instruction (``{example}`` is filled in)."""
+    template: dict[str, Any] = field(default_factory=dict)
+    """Replaces fields of the environment's :class:`gigpo_envs.PromptTemplate`, e.g.
+    ``{order: [format, admissible, history, current]}`` to end prompts with the observation."""
     eval_groups: int = 4
     """Held-out tasks per evaluation (one rollout each, seeds disjoint from training)."""
 
@@ -89,6 +96,9 @@ class AlgoConfig:
     clip_high: float = 0.28
     kl_coef: float = 0.0
     kl_estimator: str = "k3"
+    entropy_coef: float = 0.0
+    """Weight of the entropy bonus (token-mean entropy of the policy at response tokens,
+    subtracted from the loss): keeps a small policy exploring. The entropy is logged always."""
     loss_agg: str = "token-mean"
     ppo_epochs: int = 1
     minibatch_size: int = 32
@@ -100,6 +110,10 @@ class OptimConfig:
     lr: float = 1e-5
     weight_decay: float = 0.0
     max_grad_norm: float = 1.0
+    warmup_iterations: int = 0
+    """Linear learning-rate warmup: iteration k (from 0) uses ``lr * min(1, (k + 1) / N)``.
+    Adam's first steps move every weight by about ``lr``; warming up keeps the first updates
+    from wrecking a pretrained model's answers."""
 
 
 @dataclass
@@ -166,8 +180,8 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
             )
         data = loaded
     config = _build(TrainConfig, data, "")
-    for key, value in _parse_overrides(overrides or []):
-        _set_dotted(config, key, value)
+    for key, value, text in _parse_overrides(overrides or []):
+        _set_dotted(config, key, value, text)
     validate(config)
     return config
 
@@ -197,9 +211,11 @@ def validate(config: TrainConfig) -> None:
         ("run.threads", r.threads),
         ("model.trainable_layers", config.model.trainable_layers),
         ("algo.kl_coef", a.kl_coef),
+        ("algo.entropy_coef", a.entropy_coef),
         ("rollout.temperature", config.rollout.temperature),
         ("rollout.eval_temperature", config.rollout.eval_temperature),
         ("optim.lr", config.optim.lr),
+        ("optim.warmup_iterations", config.optim.warmup_iterations),
     ):
         if value < 0:
             raise ConfigError(f"{name} must be >= 0, got {value}")
@@ -207,11 +223,31 @@ def validate(config: TrainConfig) -> None:
         raise ConfigError("rollout.temperature must be > 0 for training (sampling)")
     if not 0 < config.rollout.top_p <= 1:
         raise ConfigError(f"rollout.top_p must be in (0, 1], got {config.rollout.top_p}")
+    _check_template(e.template)
     if a.estimator == "gigpo" and e.group_size < 2:
         raise ConfigError("env.group_size must be >= 2: group-relative advantages need a group")
 
 
 # ----------------------------------------------------------------------------- internals
+
+
+def _check_template(overrides: dict[str, Any]) -> None:
+    from gigpo_envs import PromptTemplate
+
+    fields = {f.name for f in dataclasses.fields(PromptTemplate)}
+    unknown = sorted(set(overrides) - fields)
+    if unknown:
+        raise ConfigError(f"env.template: unknown PromptTemplate field(s) {unknown}")
+    for name, value in overrides.items():
+        if name == "order":
+            if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+                raise ConfigError(f"env.template.order must be a list of part names, got {value!r}")
+        elif not isinstance(value, str):
+            raise ConfigError(f"env.template.{name} must be a string, got {value!r}")
+    try:
+        dataclasses.replace(PromptTemplate(), **overrides)
+    except ValueError as exc:
+        raise ConfigError(f"env.template: {exc}") from None
 
 
 def _build(cls: type, data: dict[str, Any], prefix: str) -> Any:
@@ -276,7 +312,8 @@ def _coerce(value: Any, hint: Any, name: str) -> Any:
     raise ConfigError(f"{name}: unsupported type {hint!r}")
 
 
-def _parse_overrides(args: list[str]) -> list[tuple[str, Any]]:
+def _parse_overrides(args: list[str]) -> list[tuple[str, Any, str]]:
+    """``(key, value read as YAML, the text as given)`` per override."""
     import yaml
 
     pairs = []
@@ -298,11 +335,11 @@ def _parse_overrides(args: list[str]) -> list[tuple[str, Any]]:
             value = yaml.safe_load(text) if text != "" else ""
         except yaml.YAMLError:
             value = text
-        pairs.append((key, value))
+        pairs.append((key, value, text))
     return pairs
 
 
-def _set_dotted(config: TrainConfig, key: str, value: Any) -> None:
+def _set_dotted(config: TrainConfig, key: str, value: Any, text: str) -> None:
     parts = key.split(".")
     if len(parts) != 2:
         raise ConfigError(f"override keys are section.name (e.g. algo.estimator), got {key!r}")
@@ -314,6 +351,8 @@ def _set_dotted(config: TrainConfig, key: str, value: Any) -> None:
     if name not in hints:
         raise ConfigError(f"unknown config key {key!r}")
     hint = hints[name]
-    if hint is str and not isinstance(value, str) and value is not None:
-        value = str(value)  # --run.label=123 means the text "123"
+    union = typing.get_origin(hint) in (typing.Union, types.UnionType)
+    takes_text = hint is str or (union and str in typing.get_args(hint))
+    if takes_text and not isinstance(value, str) and value is not None:
+        value = text  # --run.label=123 is the text "123"; "a: b" is text, not a mapping
     setattr(section, name, _coerce(value, hint, key))

@@ -16,7 +16,8 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from gigpo_envs import HistoryPrompt
+from gigpo_envs import HistoryPrompt, PromptTemplate
+from training.local.prefix import cache_kwarg, prefix_cache, shared_prefix_length
 
 
 @dataclass
@@ -57,13 +58,20 @@ class Rollout:
 
 
 def prompt_wrapper(
-    env: gym.Env, history_length: int, format_instruction: str | None = None
+    env: gym.Env,
+    history_length: int,
+    format_instruction: str | None = None,
+    template: dict[str, Any] | None = None,
 ) -> HistoryPrompt:
-    """:class:`HistoryPrompt` with an optional replacement of the format instruction."""
-    template = getattr(env.unwrapped, "prompt_template", None)
-    if format_instruction is not None and template is not None:
-        template = dataclasses.replace(template, format_instruction=format_instruction)
-    return HistoryPrompt(env, history_length=history_length, template=template)
+    """:class:`HistoryPrompt` with the env's template, some fields replaced (``template``:
+    field -> value; ``format_instruction`` is short for that one field)."""
+    base = getattr(env.unwrapped, "prompt_template", None) or PromptTemplate()
+    changes = dict(template or {})
+    if format_instruction is not None:
+        changes["format_instruction"] = format_instruction
+    return HistoryPrompt(
+        env, history_length=history_length, template=dataclasses.replace(base, **changes)
+    )
 
 
 def make_envs(
@@ -73,12 +81,16 @@ def make_envs(
     history_length: int,
     format_instruction: str | None,
     env_kwargs: dict[str, Any],
+    template: dict[str, Any] | None = None,
 ) -> Any:
     """The training (or evaluation) vector env with prompts as observations."""
     from gigpo_envs import make_group_vec
 
     wrapper = functools.partial(
-        prompt_wrapper, history_length=history_length, format_instruction=format_instruction
+        prompt_wrapper,
+        history_length=history_length,
+        format_instruction=format_instruction,
+        template=template,
     )
     return make_group_vec(
         env_id, num_groups, group_size, seed=0, wrappers=[wrapper], **dict(env_kwargs)
@@ -111,6 +123,7 @@ def generate(
     top_p: float = 1.0,
     top_k: int = 0,
     stop_text: str = "",
+    share_prefix: bool = False,
 ) -> tuple[list[list[int]], list[list[float]]]:
     """Samples one response per prompt in one left-padded batch.
 
@@ -119,6 +132,9 @@ def generate(
         temperature: 0 for greedy decoding.
         stop_text: when not empty, a response also ends with the token that completes this
             text (e.g. ``"</action>"``).
+        share_prefix: run the prompt start that all prompts share once and generate on top
+            of its repeated cache (:mod:`training.local.prefix`); same distribution, less
+            compute.
 
     Returns:
         ``(response_ids, log_probs)``: per prompt, the generated ids up to and including the
@@ -130,14 +146,22 @@ def generate(
 
     eos_ids = _eos_ids(model, tokenizer)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos_ids[0]
-    width = max(len(p) for p in prompts)
+    # [shared prefix | left padding | rest of the prompt]; the padding is masked out.
+    prefix = shared_prefix_length(prompts) if share_prefix else 0
+    width = prefix + max(len(p) - prefix for p in prompts)
     input_ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
     attention = torch.zeros((len(prompts), width), dtype=torch.long)
+    if prefix:
+        input_ids[:, :prefix] = torch.tensor(prompts[0][:prefix], dtype=torch.long)
+        attention[:, :prefix] = 1
     for row, ids in enumerate(prompts):
-        input_ids[row, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
-        attention[row, width - len(ids) :] = 1
+        input_ids[row, width - len(ids) + prefix :] = torch.tensor(ids[prefix:], dtype=torch.long)
+        attention[row, width - len(ids) + prefix :] = 1
     sample = temperature > 0
     kwargs: dict[str, Any] = {"do_sample": sample}
+    if prefix:
+        with torch.no_grad():
+            kwargs[cache_kwarg(model)] = prefix_cache(model, prompts[0][:prefix], len(prompts))
     if sample:
         kwargs.update(temperature=temperature, top_p=top_p, top_k=top_k)
     if stop_text:
@@ -185,6 +209,7 @@ def collect(
     top_k: int = 0,
     response_prefix: str = "",
     stop_text: str = "",
+    share_prefix: bool = False,
 ) -> Rollout:
     """Plays one episode in every sub-environment; returns the step records.
 
@@ -198,6 +223,7 @@ def collect(
         response_prefix: prefilled start of every response (see :func:`render_prompts`);
             the environment reads it together with the generated text.
         stop_text: ends a response early (see :func:`generate`).
+        share_prefix: see :func:`generate`.
     """
     num_envs = envs.num_envs
     records = StepRecords()
@@ -229,6 +255,7 @@ def collect(
             top_p=top_p,
             top_k=top_k,
             stop_text=stop_text,
+            share_prefix=share_prefix,
         )
         texts = [
             response_prefix + text

@@ -37,6 +37,12 @@ def train_seed(config: TrainConfig, iteration: int) -> int:
     return config.run.seed * 1_000_000 + iteration * config.env.num_groups
 
 
+def learning_rate(config: TrainConfig, iteration: int) -> float:
+    """The learning rate of iteration ``iteration`` (0-based): linear warmup, then constant."""
+    warmup = config.optim.warmup_iterations
+    return config.optim.lr * (min(1.0, (iteration + 1) / warmup) if warmup else 1.0)
+
+
 def train(config: TrainConfig) -> list[dict[str, Any]]:
     """Runs (or resumes) training; returns the metrics rows of the iterations run now.
 
@@ -78,6 +84,7 @@ def train(config: TrainConfig) -> list[dict[str, Any]]:
         env_cfg.history_length,
         env_cfg.format_instruction,
         env_cfg.kwargs,
+        env_cfg.template,
     )
 
     start = 0
@@ -100,6 +107,7 @@ def train(config: TrainConfig) -> list[dict[str, Any]]:
             top_k=config.rollout.top_k,
             response_prefix=config.rollout.response_prefix,
             stop_text=config.rollout.stop_text,
+            share_prefix=config.model.share_prefix,
         )
         records = rollout.records
 
@@ -108,6 +116,8 @@ def train(config: TrainConfig) -> list[dict[str, Any]]:
         adv_seconds = time.perf_counter() - adv_tick
 
         update_tick = time.perf_counter()
+        for group in optimizer.param_groups:
+            group["lr"] = learning_rate(config, iteration)
         stats = ppo_update(
             model,
             reference,
@@ -119,6 +129,7 @@ def train(config: TrainConfig) -> list[dict[str, Any]]:
             temperature=config.rollout.temperature,
             max_grad_norm=config.optim.max_grad_norm,
             generator=generator,
+            share_prefix=config.model.share_prefix,
         )
         update_seconds = time.perf_counter() - update_tick
 
@@ -132,6 +143,7 @@ def train(config: TrainConfig) -> list[dict[str, Any]]:
             "step_records": len(records),
             "generated_tokens": rollout.generated_tokens,
             "mean_abs_advantage": float(np.abs(advantages).mean()),
+            "lr": learning_rate(config, iteration),
             **stats,
             "time_generation": rollout.generation_seconds,
             "time_env": rollout.env_seconds,
@@ -180,6 +192,7 @@ def evaluate(model: Any, tokenizer: Any, config: TrainConfig) -> dict[str, float
         env_cfg.history_length,
         env_cfg.format_instruction,
         env_cfg.kwargs,
+        env_cfg.template,
     )
     try:
         rollout = collect(
@@ -192,6 +205,7 @@ def evaluate(model: Any, tokenizer: Any, config: TrainConfig) -> dict[str, float
             temperature=config.rollout.eval_temperature,
             response_prefix=config.rollout.response_prefix,
             stop_text=config.rollout.stop_text,
+            share_prefix=config.model.share_prefix,
         )
     finally:
         envs.close()

@@ -12,9 +12,10 @@ from typing import Any
 import numpy as np
 
 from gigpo_algo.advantages import gigpo_advantages, grpo, rloo
-from gigpo_algo.losses import aggregate_loss, kl_penalty, ppo_clip_loss
+from gigpo_algo.losses import aggregate_loss, entropy_from_logits, kl_penalty, ppo_clip_loss
 from gigpo_algo.tokens import broadcast_to_tokens
 from training.local.config import AlgoConfig
+from training.local.prefix import cache_kwarg, forward_params, prefix_cache, shared_prefix_length
 from training.local.rollout import StepRecords
 
 
@@ -70,6 +71,10 @@ class TokenBatch:
     response_mask: Any
     old_log_probs: Any
     advantages: Any
+    first_column: int = 0
+    """Columns before this one hold no response token (the shortest prompt, less one)."""
+    prefix_length: int = 0
+    """Leading tokens shared by every row, run once (see :mod:`training.local.prefix`)."""
 
 
 def make_batch(
@@ -78,8 +83,14 @@ def make_batch(
     advantages: np.ndarray,
     pad_id: int,
     device: Any = "cpu",
+    *,
+    share_prefix: bool = False,
 ) -> TokenBatch:
-    """Pads the chosen rows into tensors on ``device`` (see :class:`TokenBatch`)."""
+    """Pads the chosen rows into tensors on ``device`` (see :class:`TokenBatch`).
+
+    ``share_prefix``: record the prompt start all chosen rows share, so that
+    :func:`token_log_probs` runs it once.
+    """
     import torch
 
     seqs = [records.prompt_ids[i] + records.response_ids[i] for i in rows]
@@ -96,23 +107,59 @@ def make_batch(
         old[b, p - 1 : p - 1 + r] = torch.tensor(records.old_log_probs[i], dtype=torch.float32)
     adv = torch.as_tensor(advantages[rows], dtype=torch.float32)
     tensors = (input_ids, attention, response_mask, old, adv)
-    return TokenBatch(*(t.to(device) for t in tensors))
+    prompts = [records.prompt_ids[i] for i in rows]
+    first = min(len(p) for p in prompts) - 1
+    prefix = shared_prefix_length(prompts) if share_prefix else 0
+    return TokenBatch(*(t.to(device) for t in tensors), first_column=first, prefix_length=prefix)
 
 
-def token_log_probs(model: Any, batch: TokenBatch, temperature: float = 1.0) -> Any:
-    """log pi(token t+1 | tokens <= t) for every position, shape (B, L - 1)."""
+def token_log_probs(
+    model: Any, batch: TokenBatch, temperature: float = 1.0, *, with_entropy: bool = False
+) -> Any:
+    """log pi(token t+1 | tokens <= t), shape (B, L - 1); 0 in the columns before
+    ``batch.first_column``, which hold prompt tokens only.
+
+    Logits are computed only from ``first_column`` on (the vocabulary projection of the
+    prompt positions is skipped), and a shared prefix (``batch.prefix_length``) runs once.
+    ``with_entropy``: also return the entropy (nats) of pi(. | tokens <= t), same layout.
+    """
     import torch
 
-    logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
-    logits = logits[:, :-1].float() / temperature
-    targets = batch.input_ids[:, 1:, None]
-    return torch.log_softmax(logits, dim=-1).gather(-1, targets).squeeze(-1)
+    width = batch.input_ids.shape[1]
+    first, prefix = batch.first_column, batch.prefix_length
+    keep = width - first
+    kwargs: dict[str, Any] = {"attention_mask": batch.attention_mask}
+    if "logits_to_keep" in forward_params(type(model)):
+        kwargs["logits_to_keep"] = keep
+    if prefix:
+        kwargs[cache_kwarg(model)] = prefix_cache(
+            model, batch.input_ids[0, :prefix].tolist(), batch.input_ids.shape[0]
+        )
+        kwargs["use_cache"] = True
+        logits = model(input_ids=batch.input_ids[:, prefix:], **kwargs).logits
+    else:
+        logits = model(input_ids=batch.input_ids, **kwargs).logits
+    logits = logits[:, -keep:-1].float() / temperature
+    targets = batch.input_ids[:, first + 1 :, None]
+    log_p = torch.log_softmax(logits, dim=-1)
+    chosen = torch.nn.functional.pad(log_p.gather(-1, targets).squeeze(-1), (first, 0))
+    if not with_entropy:
+        return chosen
+    entropy = entropy_from_logits(logits)
+    return chosen, torch.nn.functional.pad(entropy, (first, 0))
 
 
 def ppo_loss(
-    log_probs: Any, batch: TokenBatch, ref_log_probs: Any, algo: AlgoConfig
+    log_probs: Any,
+    batch: TokenBatch,
+    ref_log_probs: Any,
+    algo: AlgoConfig,
+    entropy: Any = None,
 ) -> tuple[Any, dict[str, float]]:
-    """The scalar loss of one batch and its statistics (clip fraction, KL, ratio)."""
+    """The scalar loss of one batch and its statistics (clip fraction, KL, ratio, entropy).
+
+    ``entropy`` (B, L - 1), when given, is logged and, weighted by ``algo.entropy_coef``,
+    subtracted from the loss."""
     import torch
 
     token_adv = broadcast_to_tokens(batch.advantages, batch.response_mask)
@@ -130,6 +177,11 @@ def ppo_loss(
         per_token = per_token + algo.kl_coef * kl
         stats["kl"] = float(aggregate_loss(kl.detach(), mask))
     loss = aggregate_loss(per_token, mask, mode=algo.loss_agg)
+    if entropy is not None:
+        mean_entropy = aggregate_loss(entropy, mask)
+        stats["entropy"] = float(mean_entropy.detach())
+        if algo.entropy_coef > 0:
+            loss = loss - algo.entropy_coef * mean_entropy
     with torch.no_grad():
         ratio = torch.exp(log_probs - batch.old_log_probs)
         clipped = ((ratio < 1 - algo.clip_low) | (ratio > 1 + algo.clip_high)).float()
@@ -150,11 +202,12 @@ def ppo_update(
     temperature: float,
     max_grad_norm: float,
     generator: np.random.Generator,
+    share_prefix: bool = False,
 ) -> dict[str, float]:
     """PPO epochs over shuffled minibatches of step records; one optimizer step each.
 
     Returns:
-        Mean loss, clip fraction, KL (when on) and gradient norm over the minibatches.
+        Mean loss, clip fraction, entropy, KL (when on) and gradient norm over the minibatches.
     """
     import torch
 
@@ -166,13 +219,17 @@ def ppo_update(
         order = generator.permutation(n)
         for start in range(0, n, algo.minibatch_size):
             rows = order[start : start + algo.minibatch_size]
-            batch = make_batch(records, rows, advantages, pad_id, model.device)
+            batch = make_batch(
+                records, rows, advantages, pad_id, model.device, share_prefix=share_prefix
+            )
             ref_lp = None
             if reference is not None and algo.kl_coef > 0:
                 with torch.no_grad():
                     ref_lp = token_log_probs(reference, batch, temperature)
-            log_probs = token_log_probs(model, batch, temperature)
-            loss, stats = ppo_loss(log_probs, batch, ref_lp, algo)
+            log_probs, entropy = token_log_probs(model, batch, temperature, with_entropy=True)
+            if algo.entropy_coef == 0:
+                entropy = entropy.detach()
+            loss, stats = ppo_loss(log_probs, batch, ref_lp, algo, entropy)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             trainable = [p for p in model.parameters() if p.requires_grad]
