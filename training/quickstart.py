@@ -44,13 +44,27 @@ def main(argv: list[str] | None = None) -> int:
         runs[label] = read_metrics(out)
     curve = plot_curves(runs, Path(args.out) / "curve.png")
     for label, rows in runs.items():
-        print(f"{label}: iteration, success rate, mean return")
+        print(f"{label}: iteration, success rate, mean return, valid answers, held-out success")
         for row in rows:
+            held_out = row.get("eval_success_rate")
             print(
-                f"  {row['iteration'] + 1:3d}  {row['success_rate']:.3f}  {row['mean_return']:+.3f}"
+                f"  {row['iteration'] + 1:3d}  {row['success_rate']:.3f}  "
+                f"{row['mean_return']:+.3f}  {row['valid_action_rate']:.3f}"
+                + (f"  {held_out:.3f}" if held_out is not None else "")
+            )
+        if len(rows) >= 10:
+            first, last = rows[:5], rows[-5:]
+            before, after = _mean(first, "success_rate"), _mean(last, "success_rate")
+            print(
+                f"{label}: mean success rate of the first 5 iterations {before:.3f}, "
+                f"of the last 5 {after:.3f}"
             )
     print(f"learning curve: {curve}")
     return 0
+
+
+def _mean(rows: list[dict], key: str) -> float:
+    return sum(r[key] for r in rows) / len(rows)
 
 
 if __name__ == "__main__":
