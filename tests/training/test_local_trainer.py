@@ -129,3 +129,25 @@ def test_gigpo_train_console_script_is_installed():
     result = subprocess.run([str(script), "--help"], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert "--config FILE.yaml" in result.stdout
+
+
+@pytest.mark.slow
+def test_a_run_does_not_depend_on_whether_its_model_was_built_or_cached(
+    tiny_config, tmp_path, monkeypatch
+):
+    # Converting SmolLM2 on first use draws from torch's RNG (transformers initialises the
+    # model before loading the weights); here the first run's model "build" does the same.
+    import training.local.train as train_module
+
+    real = train_module.resolve_model_path
+    args = ("gigpo/NumberLine-v0", "--run.iterations=1", "--run.checkpoint_every=0")
+    cached = train(tiny_config(*args, out=tmp_path / "cached"))
+
+    def building(config, out):
+        torch.rand(1000)  # what a first-use build does to the global RNG
+        return real(config, out)
+
+    monkeypatch.setattr(train_module, "resolve_model_path", building)
+    built = train(tiny_config(*args, out=tmp_path / "built"))
+    timeless = [{k: v for k, v in r.items() if not k.startswith("time_")} for r in built]
+    assert timeless == [{k: v for k, v in r.items() if not k.startswith("time_")} for r in cached]

@@ -57,9 +57,7 @@ def train(config: TrainConfig) -> list[dict[str, Any]]:
     (out / "config.json").write_text(json.dumps(config.to_dict(), indent=2) + "\n")
     if config.run.threads:
         torch.set_num_threads(config.run.threads)
-    random.seed(config.run.seed)
-    np.random.seed(config.run.seed)  # noqa: NPY002  (for libraries that use the global RNG)
-    torch.manual_seed(config.run.seed)
+    _seed_everything(config.run.seed)
     generator = np.random.default_rng(config.run.seed)
 
     model_path = resolve_model_path(config.model, out)
@@ -87,6 +85,9 @@ def train(config: TrainConfig) -> list[dict[str, Any]]:
         env_cfg.template,
     )
 
+    # Seeded again once everything is built: building or converting a model on first use
+    # draws from torch's RNG, and a run must not depend on whether its model was cached.
+    _seed_everything(config.run.seed)
     start = 0
     if config.run.resume:
         start = load_checkpoint(out, model=model, optimizer=optimizer, generator=generator) or 0
@@ -213,6 +214,14 @@ def evaluate(model: Any, tokenizer: Any, config: TrainConfig) -> dict[str, float
         "eval_success_rate": float(rollout.episode_won.mean()),
         "eval_mean_return": float(rollout.episode_returns.mean()),
     }
+
+
+def _seed_everything(seed: int) -> None:
+    import torch
+
+    random.seed(seed)
+    np.random.seed(seed)  # noqa: NPY002  (for libraries that use the global RNG)
+    torch.manual_seed(seed)
 
 
 def _progress(config: TrainConfig, start: int) -> Any:
