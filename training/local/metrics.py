@@ -73,11 +73,11 @@ def plot_curves(runs: dict[str, list[dict[str, Any]]], path: str | Path) -> Path
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 3, figsize=(14, 4))
-    for label, rows in runs.items():
+    for index, (label, rows) in enumerate(runs.items()):
+        color = f"C{index % 10}"  # one color per run on every panel
         its = [r["iteration"] + 1 for r in rows]
-        axes[0].plot(its, [r.get("success_rate") for r in rows], marker="o", label=label)
-        axes[1].plot(its, [r.get("mean_return") for r in rows], marker="o", label=label)
-        axes[2].plot(its, [r.get("valid_action_rate") for r in rows], marker="o", label=label)
+        for ax, key in zip(axes, ("success_rate", "mean_return", "valid_action_rate"), strict=True):
+            ax.plot(its, [r.get(key) for r in rows], marker="o", color=color, label=label)
         evals = [r for r in rows if r.get("eval_success_rate") is not None]
         if evals:
             axes[0].plot(
@@ -85,6 +85,8 @@ def plot_curves(runs: dict[str, list[dict[str, Any]]], path: str | Path) -> Path
                 [r["eval_success_rate"] for r in evals],
                 linestyle="--",
                 marker="x",
+                color=color,
+                alpha=0.7,
                 label=f"{label} (held-out)",
             )
     axes[0].set(xlabel="iteration", ylabel="success rate", ylim=(-0.05, 1.05))
