@@ -48,7 +48,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from training.local.config import load_config
     from training.local.model import load_model, load_tokenizer, resolve_model_path
-    from training.local.rollout import generate, make_envs, render_prompts
+    from training.local.rollout import generate, render_prompts
+    from training.local.train import config_envs
     from training.local.update import make_batch, ppo_loss, token_log_probs
 
     overrides = ["--model.name_or_path=" + ("tiny-random" if args.model == "tiny" else args.model)]
@@ -60,10 +61,7 @@ def main(argv: list[str] | None = None) -> int:
         tokenizer = load_tokenizer(path)
         model = load_model(path, "float32")
     e, r = config.env, config.rollout
-    envs = make_envs(
-        e.id, e.num_groups, e.group_size, e.history_length, e.format_instruction, e.kwargs,
-        e.template,
-    )  # fmt: skip
+    envs = config_envs(config, e.num_groups, e.group_size)
     _, infos = envs.reset(seed=0)
     prompts = render_prompts(tokenizer, [list(m) for m in infos["messages"]], r.response_prefix)
     envs.close()

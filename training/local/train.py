@@ -25,7 +25,7 @@ from training.local.model import (
     require_train_extra,
     resolve_model_path,
 )
-from training.local.rollout import collect, make_envs
+from training.local.rollout import Rollout, collect, make_envs
 from training.local.update import compute_advantages, ppo_update
 
 #: Held-out tasks start here; training seeds stay far below it.
@@ -74,16 +74,7 @@ def train(config: TrainConfig) -> list[dict[str, Any]]:
         lr=config.optim.lr,
         weight_decay=config.optim.weight_decay,
     )
-    env_cfg = config.env
-    envs = make_envs(
-        env_cfg.id,
-        env_cfg.num_groups,
-        env_cfg.group_size,
-        env_cfg.history_length,
-        env_cfg.format_instruction,
-        env_cfg.kwargs,
-        env_cfg.template,
-    )
+    envs = config_envs(config, config.env.num_groups, config.env.group_size)
 
     # Seeded again once everything is built: building or converting a model on first use
     # draws from torch's RNG, and a run must not depend on whether its model was cached.
@@ -96,20 +87,7 @@ def train(config: TrainConfig) -> list[dict[str, Any]]:
     bar = _progress(config, start)
     for iteration in range(start, config.run.iterations):
         tick = time.perf_counter()
-        rollout = collect(
-            model,
-            tokenizer,
-            envs,
-            seed=train_seed(config, iteration),
-            max_turns=env_cfg.max_turns,
-            max_new_tokens=config.rollout.max_new_tokens,
-            temperature=config.rollout.temperature,
-            top_p=config.rollout.top_p,
-            top_k=config.rollout.top_k,
-            response_prefix=config.rollout.response_prefix,
-            stop_text=config.rollout.stop_text,
-            share_prefix=config.model.share_prefix,
-        )
+        rollout = _play(model, tokenizer, envs, config, seed=train_seed(config, iteration))
         records = rollout.records
 
         adv_tick = time.perf_counter()
@@ -183,37 +161,61 @@ def train(config: TrainConfig) -> list[dict[str, Any]]:
 
 def evaluate(model: Any, tokenizer: Any, config: TrainConfig) -> dict[str, float]:
     """Success rate and mean return on held-out tasks (one rollout each, seeds never trained on)."""
-    env_cfg = config.env
-    if env_cfg.eval_groups == 0:
+    if config.env.eval_groups == 0:
         return {}
-    envs = make_envs(
-        env_cfg.id,
-        env_cfg.eval_groups,
-        1,
-        env_cfg.history_length,
-        env_cfg.format_instruction,
-        env_cfg.kwargs,
-        env_cfg.template,
-    )
+    envs = config_envs(config, config.env.eval_groups, 1)
     try:
-        rollout = collect(
-            model,
-            tokenizer,
-            envs,
-            seed=EVAL_SEED_BASE + config.run.seed * 1_000_000,
-            max_turns=env_cfg.max_turns,
-            max_new_tokens=config.rollout.max_new_tokens,
-            temperature=config.rollout.eval_temperature,
-            response_prefix=config.rollout.response_prefix,
-            stop_text=config.rollout.stop_text,
-            share_prefix=config.model.share_prefix,
-        )
+        seed = EVAL_SEED_BASE + config.run.seed * 1_000_000
+        rollout = _play(model, tokenizer, envs, config, seed=seed, evaluation=True)
     finally:
         envs.close()
     return {
         "eval_success_rate": float(rollout.episode_won.mean()),
         "eval_mean_return": float(rollout.episode_returns.mean()),
     }
+
+
+def config_envs(config: TrainConfig, num_groups: int, group_size: int) -> Any:
+    """:func:`make_envs` for ``num_groups`` tasks x ``group_size`` rollouts, with the env
+    section's id, kwargs, history length and prompt settings."""
+    env = config.env
+    return make_envs(
+        env.id,
+        num_groups,
+        group_size,
+        env.history_length,
+        env.format_instruction,
+        env.kwargs,
+        env.template,
+    )
+
+
+def _play(
+    model: Any,
+    tokenizer: Any,
+    envs: Any,
+    config: TrainConfig,
+    *,
+    seed: int,
+    evaluation: bool = False,
+) -> Rollout:
+    """:func:`collect` with the run's settings; ``evaluation`` samples at
+    ``rollout.eval_temperature`` without top-p / top-k."""
+    r = config.rollout
+    return collect(
+        model,
+        tokenizer,
+        envs,
+        seed=seed,
+        max_turns=config.env.max_turns,
+        max_new_tokens=r.max_new_tokens,
+        temperature=r.eval_temperature if evaluation else r.temperature,
+        top_p=1.0 if evaluation else r.top_p,
+        top_k=0 if evaluation else r.top_k,
+        response_prefix=r.response_prefix,
+        stop_text=r.stop_text,
+        share_prefix=config.model.share_prefix,
+    )
 
 
 def _seed_everything(seed: int) -> None:
