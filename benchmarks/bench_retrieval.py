@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
-DATA = Path(os.environ.get("GIGPO_SHARED_DATA", REPO.parent / "shared" / "data")) / "searchqa"
+DATA = REPO / "data" / "samples" / "searchqa"
 
 
 def emit(record: dict) -> None:
@@ -176,7 +176,7 @@ def main() -> None:
     args = parser.parse_args()
     for path in (args.corpus, args.questions):
         if not path.is_file():
-            sys.exit(f"missing input {path} (set GIGPO_SHARED_DATA)")
+            sys.exit(f"missing input {path}")
     docs, queries = load_inputs(args.corpus, args.questions, args.queries)
     names = [n for n in args.backends.split(",") if n]
     names.sort(key=lambda n: n != "pyserini")  # the baseline first

@@ -1,4 +1,4 @@
-"""gigpo/ALFWorld-v0 on real alfworld: the shared sample game and freshly generated games."""
+"""gigpo/ALFWorld-v0 on real alfworld: the sample game and freshly generated games."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
-from shared_data import shared_data_dir
+from sample_data import sample_dir
 
 import gigpo_envs
 from gigpo_envs import HistoryPrompt, make_group_vec
@@ -24,8 +24,8 @@ ENV_ID = "gigpo/ALFWorld-v0"
 PACKAGE_ROOT = str(Path(gigpo_envs.__file__).resolve().parent.parent)
 
 
-def shared_alfworld_dir() -> Path:
-    return shared_data_dir("alfworld", "json_2.1.1")
+def sample_alfworld_dir() -> Path:
+    return sample_dir("alfworld", "json_2.1.1")
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +73,7 @@ def test_check_env_passes(games_dir):
 
 
 def test_sample_game_is_won_by_the_expert_in_12_steps():
-    env = gym.make(ENV_ID, data_dir=shared_alfworld_dir(), expert=True)
+    env = gym.make(ENV_ID, data_dir=sample_alfworld_dir(), expert=True)
     observation, info = env.reset(seed=0)
     assert "Your task is to: look at cd under the desklamp." in observation
     assert info["goal"] == "look at cd under the desklamp."
@@ -183,7 +183,7 @@ def _go(env, command):
 
 
 def test_anchor_is_the_world_state_not_the_feedback_text():
-    env = gym.make(ENV_ID, data_dir=shared_alfworld_dir())
+    env = gym.make(ENV_ID, data_dir=sample_alfworld_dir())
     _, info = env.reset(seed=0)
     start = info["anchor"]
     # The same feedback at two places is two states.
@@ -311,13 +311,13 @@ def test_constructor_errors_are_clear(tmp_path, games_dir, monkeypatch):
     with pytest.raises(ValueError, match="alfworld-download"):
         gym.make(ENV_ID, data_dir=tmp_path)
     with pytest.raises(ValueError, match="holds json_2.1.1/"):  # a common mistake
-        gym.make(ENV_ID, data_dir=shared_alfworld_dir() / "json_2.1.1" / "train")
+        gym.make(ENV_ID, data_dir=sample_alfworld_dir() / "json_2.1.1" / "train")
     with pytest.raises(ValueError, match="split"):
         gym.make(ENV_ID, data_dir=games_dir, split="test")
     with pytest.raises(ValueError, match="task type"):
         gym.make(ENV_ID, data_dir=games_dir, task_types=["pick_and_fly"])
     with pytest.raises(ValueError, match="no playable"):
-        gym.make(ENV_ID, data_dir=shared_alfworld_dir(), task_types=["pick_two_obj_and_place"])
+        gym.make(ENV_ID, data_dir=sample_alfworld_dir(), task_types=["pick_two_obj_and_place"])
     # the default data_dir is $ALFWORLD_DATA
     monkeypatch.setenv("ALFWORLD_DATA", str(games_dir))
     assert gym.make(ENV_ID).unwrapped.games == find_games(games_dir)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from shared_data import shared_data_dir
+from sample_data import sample_dir
 
 import gigpo_envs
 from gigpo_envs.alfworld import TASK_TYPES, find_games
@@ -74,8 +74,8 @@ def test_alfred_tw_env_loads_every_generated_game(generated):
     ) == sorted(g.path for g in games)
 
 
-def test_alfred_tw_env_loads_the_shared_sample():
-    base = shared_data_dir("alfworld", "json_2.1.1")
+def test_alfred_tw_env_loads_the_sample_game():
+    base = sample_dir("alfworld", "json_2.1.1")
     listed = _alfred_tw_env_games(base / "json_2.1.1" / "train")
     assert len(listed) == 1 and listed[0].endswith("trial_T0/game.tw-pddl")
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import gymnasium as gym
 import pytest
-from shared_data import shared_data_dir
+from sample_data import sample_dir
 
 import gigpo_envs
 from gigpo_envs import HistoryPrompt, make_group_vec
@@ -355,7 +355,7 @@ def test_env_on_original_files_and_on_the_real_sample(tmp_path):
     assert env.shop.shop_id.startswith("files:")
     assert play_expert(env, 0)[0] == 1.0
     # the real sample, with the sample's human instructions given to its products
-    sample = shared_data_dir("webshop", "items_sample.json")
+    sample = sample_dir("webshop", "items_sample.json")
     raw = json.loads((sample / "items_sample.json").read_text())
     human = list(json.loads((sample / "human_ins_sample.json").read_text()).values())
     remapped = {item["asin"]: entries for item, entries in zip(raw, human, strict=False)}

@@ -7,7 +7,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from shared_data import shared_data_dir
+import sample_data
 
 from gigpo_envs.webshop.catalog import generate_catalog, generate_raw, write_catalog
 from gigpo_envs.webshop.data import (
@@ -25,7 +25,7 @@ from gigpo_envs.webshop.data import (
 
 @pytest.fixture(scope="module")
 def sample_dir() -> Path:
-    return shared_data_dir("webshop", "items_sample.json")
+    return sample_data.sample_dir("webshop", "items_sample.json")
 
 
 def test_real_sample_products_are_built_as_webshop_builds_them(sample_dir):

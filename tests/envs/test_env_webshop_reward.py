@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from shared_data import shared_data_dir
+from sample_data import sample_dir
 
 from gigpo_envs.webshop.data import NO_PRICE_BOUND, Goal, Product
 from gigpo_envs.webshop.reward import (
@@ -198,7 +198,7 @@ def test_token_set_ratio_equals_thefuzz_0_19_on_real_phrases():
 
     # WebShop pins thefuzz 0.19 without python-Levenshtein: the difflib matcher
     fuzz.SequenceMatcher = difflib.SequenceMatcher
-    root = shared_data_dir("webshop", "human_ins_sample.json")
+    root = sample_dir("webshop", "human_ins_sample.json")
     human = json.loads((root / "human_ins_sample.json").read_text())
     phrases = [
         text

@@ -1,4 +1,4 @@
-"""Fixtures of the retrieval tests: the shared corpus, index directories, live servers."""
+"""Fixtures of the retrieval tests: the sample corpus, index directories, live servers."""
 
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ import sys
 import threading
 from pathlib import Path
 
-from shared_data import shared_data_dir
+from sample_data import sample_dir
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -21,8 +21,8 @@ INDEX_OPTIONS = {
 
 
 def data_dir() -> Path:
-    """``../shared/data/searchqa`` beside the repository (or ``$GIGPO_SHARED_DATA/searchqa``)."""
-    return shared_data_dir("searchqa", "wiki_sample_1000.jsonl")
+    """``data/samples/searchqa`` in the repository."""
+    return sample_dir("searchqa", "wiki_sample_1000.jsonl")
 
 
 def title_of(doc: dict) -> str:

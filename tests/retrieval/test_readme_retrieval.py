@@ -44,16 +44,16 @@ def test_readme_examples_run(bm25s_server, corpus_path, tmp_path):
     prelude = f"import json\ndocs = [json.loads(l) for l in open({str(corpus_path)!r})]\n"
     _run(prelude + backend_block + "\nassert hits[0].doc_id == '4'\n", tmp_path)
     assert (tmp_path / "indexes" / "wiki1k" / "meta.json").is_file()
-    # The environment example reads ../shared/data relative to the repository root.
+    # The environment example reads data/samples relative to the repository root.
     out = _run(env_block, REPO).stdout.split()
     assert out[:2] == ["0.0", "0.0"]  # "Wilhelm Röntgen" is not an exact match
 
 
-def test_readme_serve_command_names_the_shared_corpus():
+def test_readme_serve_command_names_the_sample_corpus():
     readme = (REPO / "README.md").read_text()
     section = readme[readme.index("## Retrieval server and SearchQA") :]
     command = re.search(r"python -m retrieval_server serve --corpus (\S+)", section)
     assert command is not None
     assert (REPO / command.group(1)).resolve() == (
-        REPO.parent / "shared" / "data" / "searchqa" / "wiki_sample_1000.jsonl"
+        REPO / "data" / "samples" / "searchqa" / "wiki_sample_1000.jsonl"
     ).resolve()
