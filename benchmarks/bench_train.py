@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--env", default="gigpo/Sokoban-v0")
     parser.add_argument("--groups", type=int, default=4)
     parser.add_argument("--group-size", type=int, default=4)
-    parser.add_argument("--max-turns", type=int, default=4)
+    parser.add_argument("--max-steps", type=int, default=4, help="the env's max_steps")
     parser.add_argument("--max-new-tokens", type=int, default=32)
     parser.add_argument("--iterations", type=int, default=2)
     parser.add_argument("--estimator", default="gigpo")
@@ -114,11 +114,8 @@ def main(argv: list[str] | None = None) -> int:
             extra = ["--model.tiny_warmup_steps=120"]
         elif model == "qwen2.5-1.5b":
             model = str(build_sized_model(Path(tmp) / "qwen2.5-1.5b", args.dtype))
-        env_kwargs = (
-            [f"--env.kwargs={{dim_room: [6, 6], num_boxes: 1, max_steps: {args.max_turns}}}"]
-            if args.env == "gigpo/Sokoban-v0"
-            else []
-        )
+        room = "dim_room: [6, 6], num_boxes: 1, " if args.env == "gigpo/Sokoban-v0" else ""
+        env_kwargs = [f"--env.kwargs={{{room}max_steps: {args.max_steps}}}"]
         config = load_config(
             None,
             [
@@ -128,7 +125,6 @@ def main(argv: list[str] | None = None) -> int:
                 f"--env.id={args.env}",
                 f"--env.num_groups={args.groups}",
                 f"--env.group_size={args.group_size}",
-                f"--env.max_turns={args.max_turns}",
                 "--env.history_length=1",
                 f"--rollout.max_new_tokens={args.max_new_tokens}",
                 f"--algo.estimator={args.estimator}",
@@ -152,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
         "dtype": args.dtype,
         "env": args.env,
         "envs": args.groups * args.group_size,
-        "max_turns": args.max_turns,
+        "max_steps": args.max_steps,
         "max_new_tokens": args.max_new_tokens,
         "estimator": args.estimator,
     }

@@ -16,7 +16,7 @@ import gymnasium as gym
 
 from gigpo_envs.base import TextEnv, next_episode_seed, state_digest
 from gigpo_envs.parsing import ActionParser
-from gigpo_envs.prompts import HistoryPrompt, PromptTemplate
+from gigpo_envs.prompts import HistoryPrompt, PromptTemplate, history_prompt
 from gigpo_envs.vector import GroupVectorEnv, make_group_vec
 
 #: id -> (entry point, default kwargs) of every environment this package registers.
@@ -73,6 +73,7 @@ __all__ = [
     "HistoryPrompt",
     "PromptTemplate",
     "TextEnv",
+    "history_prompt",
     "make_group_vec",
     "next_episode_seed",
     "state_digest",

@@ -5,11 +5,15 @@ module; override any field with :func:`dataclasses.replace`). :class:`HistoryPro
 Gymnasium wrapper that applies it: its observation is the full prompt (task, the last K
 observation/action pairs, the current observation, the admissible actions and the format
 instruction), and ``info["messages"]`` holds the same prompt as chat messages.
+:func:`history_prompt` wraps an env with its own template, some fields replaced: the one way
+both trainers build their prompts.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -172,3 +176,32 @@ class HistoryPrompt(gym.Wrapper):
         self.messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
         info = dict(info, messages=self.messages, raw_observation=observation)
         return system + "\n\n" + user, info
+
+
+def history_prompt(
+    env: gym.Env,
+    history_length: int,
+    *,
+    template: Mapping[str, Any] | None = None,
+    format_instruction: str | None = None,
+) -> HistoryPrompt:
+    """``env`` wrapped in :class:`HistoryPrompt` with the env's own template, fields replaced.
+
+    Args:
+      env: a gigpo environment.
+      history_length: how many past steps the prompt shows (``K >= 0``).
+      template: field -> new value for the env's ``prompt_template`` (e.g.
+        ``{"order": ["format", "history", "current"]}``); unknown fields are a ``ValueError``.
+      format_instruction: short for ``template={"format_instruction": ...}``.
+    """
+    base = getattr(env.unwrapped, "prompt_template", None) or PromptTemplate()
+    changes = dict(template or {})
+    if format_instruction is not None:
+        changes["format_instruction"] = format_instruction
+    known = {f.name for f in dataclasses.fields(PromptTemplate)}
+    unknown = sorted(set(changes) - known)
+    if unknown:
+        known_list = sorted(known)
+        raise ValueError(f"template: unknown PromptTemplate fields {unknown}; known: {known_list}")
+    template_ = dataclasses.replace(base, **changes)
+    return HistoryPrompt(env, history_length=history_length, template=template_)

@@ -4,7 +4,7 @@
 #   bash training/openrlhf_gigpo.sh [--dry-run] [flags...]
 #
 # Flags are OpenRLHF 0.11's own (dotted names, e.g. --actor.model_name_or_path,
-# --vllm.num_engines) plus ours: --env, --env.kwargs, --env.num_tasks, --env.max_turns,
+# --vllm.num_engines) plus ours: --env, --env.kwargs, --env.num_tasks,
 # --env.max_new_tokens, --group_size, --history_length, --algo.advantage.estimator
 # (gigpo, grpo, rloo: gigpo_algo's), --algo.gigpo.step_weight, --algo.gigpo.gamma,
 # --algo.gigpo.norm, --algo.gigpo.similarity, ... (gigpo_algo's names; see
@@ -34,7 +34,7 @@ DEFAULTS=(
   --algo.kl.use_loss --algo.kl.init_coef 0.01 --algo.kl.estimator k3
   --ckpt.output_dir runs/openrlhf_gigpo/final --ckpt.path runs/openrlhf_gigpo/ckpt
   --logger.logging_steps 1
-  --env gigpo/Sokoban-v0 --env.max_turns 10 --env.max_new_tokens 512
+  --env gigpo/Sokoban-v0 --env.max_new_tokens 512
   --group_size 8 --history_length 0
   --algo.advantage.estimator gigpo
 )

@@ -76,8 +76,9 @@ class SearchQAEnv(TextEnv):
       retriever: any object with ``search(query, k) -> [Passage]`` or a
         ``retrieval_server.backends.SearchBackend``, instead of ``corpus``.
       topk: passages per search.
-      max_turns: turns before the episode is truncated (each search, answer or invalid
-        response is a turn).
+      max_steps: turns before the episode is truncated (each search, answer or invalid
+        response is a turn), as in every gigpo env.
+      max_turns: Search-R1's name for ``max_steps``, accepted as an alias (not both).
       max_passage_chars: each passage's text is cut to this many characters.
       max_observation_chars: the longest observation; passages are cut further to fit.
       client_options: ``RetrievalClient`` options (``timeout_s``, ``retries``, ...).
@@ -98,7 +99,8 @@ class SearchQAEnv(TextEnv):
         retriever: Any = None,
         *,
         topk: int = 3,
-        max_turns: int = 4,
+        max_steps: int | None = None,
+        max_turns: int | None = None,
         max_passage_chars: int = 1000,
         max_observation_chars: int = OBSERVATION_MAX_LENGTH,
         client_options: dict[str, Any] | None = None,
@@ -109,8 +111,10 @@ class SearchQAEnv(TextEnv):
         parser = action_parser if action_parser is not None else DEFAULT_SEARCH_PARSER
         if not isinstance(parser, SearchAnswerParser):
             raise TypeError("action_parser must be a SearchAnswerParser")
+        if max_steps is not None and max_turns is not None:
+            raise ValueError("give max_steps or its alias max_turns, not both")
         super().__init__(
-            max_steps=max_turns,
+            max_steps=next((n for n in (max_steps, max_turns) if n is not None), 4),
             invalid_action_penalty=invalid_action_penalty,
             action_parser=parser,
             render_mode=render_mode,

@@ -10,7 +10,7 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from shared_data import shared_data_dir
+from sample_data import sample_dir
 
 import gigpo_envs  # noqa: F401  (registers the environments)
 from gigpo_envs import HistoryPrompt, make_group_vec
@@ -24,7 +24,7 @@ from gigpo_envs.searchqa import (
     token_f1,
 )
 
-SEARCHQA = shared_data_dir("searchqa", "wiki_sample_1000.jsonl")
+SEARCHQA = sample_dir("searchqa", "wiki_sample_1000.jsonl")
 CORPUS = SEARCHQA / "wiki_sample_1000.jsonl"
 NQ = SEARCHQA / "nq_test16.jsonl"
 
@@ -217,8 +217,11 @@ def test_correct_answer_wins_after_normalisation():
     assert info["action"] == "<answer>wilhelm conrad RÖNTGEN.</answer>"
 
 
-def test_invalid_turns_are_no_ops_and_count_towards_max_turns():
-    env = make(max_turns=3)
+def test_invalid_turns_are_no_ops_and_count_towards_max_steps():
+    with pytest.raises(ValueError, match="not both"):
+        make(max_steps=3, max_turns=3)
+    assert make(max_turns=5).unwrapped.max_steps == 5  # Search-R1's name is an alias
+    env = make(max_steps=3)
     observation, info = env.reset(seed=2)
     anchor = info["anchor"]
     for response in ["<search>a</search><answer>b</answer>", "plain text"]:

@@ -32,7 +32,7 @@ def tiny_config(tiny_model_dir: Path, tmp_path: Path):
             "--env.num_groups=2",
             "--env.group_size=3",
             "--env.history_length=1",
-            "--env.max_turns=3",
+            "--env.kwargs={max_steps: 3}",  # short episodes; a test's own kwargs replace it
             "--env.eval_groups=2",
             "--rollout.max_new_tokens=10",
             "--algo.minibatch_size=9",

@@ -57,6 +57,9 @@ def test_yaml_then_overrides(tmp_path):
         ("env: [unclosed\n", [], "not valid YAML"),
         ("", ["--algo.estimator=ppo"], "algo.estimator must be one of"),
         ("", ["--algo.nope=1"], "unknown config key"),
+        # the env's own max_steps is the one step limit
+        ("env:\n  max_turns: 3\n", [], r"env.max_turns was removed: .* env.kwargs.max_steps"),
+        ("", ["--env.max_turns=3"], r"env.max_turns was removed"),
         ("", ["--nope=1"], "section.name"),
         ("", ["--foo.bar=1"], "unknown config section"),
         ("", ["algo.gamma=1"], "--key=value"),

@@ -35,7 +35,6 @@ def _rise(tiny_config, tmp_path, transform=None, monkeypatch=None) -> float:
         "--env.num_groups=8",
         "--env.group_size=4",
         "--env.history_length=0",
-        "--env.max_turns=1",
         "--env.eval_groups=0",
         "--env.template={task: 'Number line.', order: [current], current: '{observation}'}",
         "--rollout.max_new_tokens=3",

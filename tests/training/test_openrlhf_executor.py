@@ -88,7 +88,6 @@ def test_an_episode_records_each_turn_span_reward_and_anchor(model_and_tokenizer
         env_id="gigpo/NumberLine-v0",
         seed=3,
         env_kwargs={"max_position": 3, "max_steps": 3},
-        max_turns=3,
         max_new_tokens=8,
     )
     engine = TransformersEngine(model, tok)
@@ -143,7 +142,9 @@ def test_agent_func_file_loads_as_openrlhf_loads_it():
         ('{"env_id": "gigpo/Sokoban-v0"}', "needs env_id and seed"),
         ('{"env_id": "x", "seed": -1}', "non-negative int"),
         ('{"env_id": "x", "seed": 1, "bogus": 2}', "unknown keys"),
-        ('{"env_id": "x", "seed": 1, "max_turns": "ten"}', "max_turns"),
+        ('{"env_id": "x", "seed": 1, "max_new_tokens": "ten"}', "max_new_tokens"),
+        # the step limit is the env's max_steps (env_kwargs), not a task field
+        ('{"env_id": "x", "seed": 1, "max_turns": 3}', "unknown keys"),
         ('{"env_id": "x", "seed": 1, "env_kwargs": [1]}', "env_kwargs"),
     ],
 )

@@ -133,6 +133,8 @@ def test_verl_agent_names_are_aliases_of_ours():
         (["--env.kwargs", "[1]"], "JSON object"),
         (["--group_size", "4", "--rollout.n_samples_per_prompt", "4"], "either --group_size"),
         ([], "--algo.kl.use_loss"),
+        (["--env.max_turns", "10"], "max_steps"),  # the env's step limit is the only one
+        (["--env.num_tasks", "0"], "num_tasks must be >= 1"),
     ],
 )
 def test_plan_rejects_contradictions(argv, message):

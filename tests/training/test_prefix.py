@@ -62,9 +62,7 @@ def test_log_probs_and_gradients_on_a_shared_prefix_match_full_rows(trainable, t
     tok = load_tokenizer(tiny_model_dir)
     envs = make_envs("gigpo/EZPoints-v0", 2, 3, 1, None, {"max_steps": 3})
     torch.manual_seed(0)
-    records = collect(
-        trainable, tok, envs, seed=5, max_turns=2, max_new_tokens=8, temperature=1.0
-    ).records
+    records = collect(trainable, tok, envs, seed=5, max_new_tokens=8, temperature=1.0).records
     envs.close()
     rows = np.arange(len(records))
     advantages = np.linspace(-1.0, 1.0, len(records))

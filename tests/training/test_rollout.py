@@ -21,7 +21,7 @@ def test_records_follow_the_contract_and_log_probs_match_a_forward_pass(model_an
     # EZPoints deals different cards per group, so prompts differ in length (left padding).
     envs = make_envs("gigpo/EZPoints-v0", 3, 2, 1, None, {"max_steps": 3})
     torch.manual_seed(0)
-    rollout = collect(model, tok, envs, seed=4, max_turns=3, max_new_tokens=8, temperature=1.0)
+    rollout = collect(model, tok, envs, seed=4, max_new_tokens=8, temperature=1.0)
     rec = rollout.records
     assert len({len(p) for p in rec.prompt_ids}) > 1
     n = len(rec)
@@ -30,11 +30,11 @@ def test_records_follow_the_contract_and_log_probs_match_a_forward_pass(model_an
         assert len(getattr(rec, field)) == n
     assert all(len(a) == len(b) for a, b in zip(rec.response_ids, rec.old_log_probs, strict=True))
     assert rec.group_ids == [t // 2 for t in rec.traj_ids]
-    # Rows of a trajectory in time order; the last one of a finished episode is done.
+    # Rows of a trajectory in time order, one per step the episode took.
     for traj in set(rec.traj_ids):
         rows = [i for i, t in enumerate(rec.traj_ids) if t == traj]
-        assert rows == sorted(rows)
-        assert not any(rec.done[i] for i in rows[:-1])
+        assert rows == sorted(rows) and len(rows) == rollout.episode_lengths[traj]
+    assert rollout.episode_lengths.max() <= 3  # every episode ends at the env's max_steps
 
     batch = make_batch(rec, np.arange(n), np.zeros(n), tok.pad_token_id)
     with torch.no_grad():
@@ -85,9 +85,13 @@ def test_grpo_and_rloo_give_every_step_its_episode_advantage():
     assert rloo[0] == pytest.approx(1.0 - (-0.25 + 0.0) / 2)
     assert rloo[2] == pytest.approx(0.0 - (1.0 + 0.0) / 2)
     assert rloo[3] == pytest.approx(-0.5 - (1.0 + 0.0) / 2)
-    gigpo = compute_advantages(rec, AlgoConfig(estimator="gigpo")).advantages
-    # Rows 0, 2 and 4 share state "a" (returns 0.95, 0, 0): row 0 is lifted above row 2.
-    assert gigpo[0] - grpo[0] > 0 > gigpo[2] - grpo[2]
+    gigpo = compute_advantages(rec, AlgoConfig(estimator="gigpo"))
+    # Rows 0, 2 and 4 share state "a" with discounted returns 0.95 * 1, 0, 0: mean 0.95 / 3,
+    # unbiased std 0.95 / sqrt(3). Rows 1 and 3 are alone in their step group: A_S = 0.
+    s = 0.95 / np.sqrt(3) + 1e-6
+    expected_step = [(0.95 - 0.95 / 3) / s, 0.0, (-0.95 / 3) / s, 0.0, (-0.95 / 3) / s]
+    assert np.asarray(gigpo.step_advantages) == pytest.approx(expected_step, abs=1e-6)
+    assert np.asarray(gigpo.advantages) == pytest.approx(grpo + np.asarray(expected_step))
 
 
 def test_template_overrides_reach_the_prompts():

@@ -24,7 +24,7 @@ def _config(tmp_path, model_dir, extra: str = "") -> str:
     path.write_text(
         f"model: {{name_or_path: {model_dir}}}\n"
         "env:\n  id: gigpo/NumberLine-v0\n  kwargs: {max_position: 3, max_steps: 3}\n"
-        "  num_groups: 2\n  group_size: 2\n  history_length: 0\n  max_turns: 3\n"
+        "  num_groups: 2\n  group_size: 2\n  history_length: 0\n"
         "  eval_groups: 2\n  heldout_fraction: 0.25\n"
         "rollout: {max_new_tokens: 4}\n"
         f"algo: {{minibatch_size: 8{extra}}}\n"

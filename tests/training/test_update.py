@@ -21,12 +21,10 @@ def _mean_entropy(model, records, pad_id):
 
 def test_entropy_bonus_raises_the_entropy_and_is_logged(tiny_model_dir):
     tok = load_tokenizer(tiny_model_dir)
-    envs = make_envs("gigpo/NumberLine-v0", 2, 3, 0, None, {"max_position": 3})
+    envs = make_envs("gigpo/NumberLine-v0", 2, 3, 0, None, {"max_position": 3, "max_steps": 2})
     model = load_model(tiny_model_dir, "float32")
     torch.manual_seed(0)
-    records = collect(
-        model, tok, envs, seed=1, max_turns=2, max_new_tokens=6, temperature=1.0
-    ).records
+    records = collect(model, tok, envs, seed=1, max_new_tokens=6, temperature=1.0).records
     envs.close()
     zero = np.zeros(len(records))  # no policy-gradient signal: only the bonus moves weights
     results = {}

@@ -106,7 +106,6 @@ def _check_ranges(config: TrainConfig) -> None:
     for name, value in (
         ("env.num_groups", e.num_groups),
         ("env.group_size", e.group_size),
-        ("env.max_turns", e.max_turns),
         ("rollout.max_new_tokens", config.rollout.max_new_tokens),
         ("algo.ppo_epochs", a.ppo_epochs),
         ("algo.minibatch_size", a.minibatch_size),
@@ -159,10 +158,10 @@ def _check_ranges(config: TrainConfig) -> None:
 
 def _check_env(config: TrainConfig) -> None:
     """Builds and resets one env as the trainer will: id, kwargs, and its prompts through
-    the trainer's own :func:`~training.local.rollout.prompt_wrapper`."""
+    the trainer's own :func:`gigpo_envs.history_prompt`."""
     import gymnasium as gym
 
-    import gigpo_envs  # noqa: F401  (registers the ids)
+    from gigpo_envs import history_prompt  # importing registers the ids
 
     e = config.env
     try:
@@ -175,9 +174,9 @@ def _check_env(config: TrainConfig) -> None:
     except Exception as exc:  # any constructor error is a bad kwarg or missing data
         raise ConfigError(f"env.kwargs: gym.make({e.id!r}, **{e.kwargs!r}) failed: {exc}") from None
     try:
-        from training.local.rollout import prompt_wrapper
-
-        prompted = prompt_wrapper(env, e.history_length, e.format_instruction, e.template)
+        prompted = history_prompt(
+            env, e.history_length, template=e.template, format_instruction=e.format_instruction
+        )
         _, info = prompted.reset(seed=0)
     except Exception as exc:  # the env's own message says what is wrong
         raise ConfigError(f"env: {e.id} with kwargs {e.kwargs!r} cannot start: {exc}") from None

@@ -55,7 +55,6 @@ class EnvConfig:
     num_groups: int = 2
     group_size: int = 4
     history_length: int = 2
-    max_turns: int = 8
     format_instruction: str | None = None
     """Replaces the template's format instruction (``{example}`` is filled in)."""
     template: dict[str, Any] = field(default_factory=dict)
@@ -227,10 +226,23 @@ def validate(config: TrainConfig) -> None:
 # ----------------------------------------------------------------------------- internals
 
 
+#: Keys that existed once, and what replaced them (a clearer error than "unknown key").
+REMOVED_KEYS = {
+    "env.max_turns": "an episode ends at the env's own max_steps: set env.kwargs.max_steps",
+}
+
+
+def _refuse_removed(key: str) -> None:
+    if key in REMOVED_KEYS:
+        raise ConfigError(f"{key} was removed: {REMOVED_KEYS[key]}")
+
+
 def _build(cls: type, data: dict[str, Any], prefix: str) -> Any:
     hints = typing.get_type_hints(cls)
     known = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(data) - known)
+    for key in unknown:
+        _refuse_removed(prefix + key)
     if unknown:
         raise ConfigError(f"unknown config key(s) {[prefix + k for k in unknown]}")
     kwargs = {}
@@ -326,6 +338,7 @@ def _set_dotted(config: TrainConfig, key: str, value: Any, text: str) -> None:
         raise ConfigError(f"unknown config section {section_name!r} in {key!r}")
     hints = typing.get_type_hints(type(section))
     if name not in hints:
+        _refuse_removed(key)
         raise ConfigError(f"unknown config key {key!r}")
     hint = hints[name]
     union = typing.get_origin(hint) in (typing.Union, types.UnionType)

@@ -7,16 +7,14 @@ generated for in one batch; each model call becomes one step record (DESIGN.md, 
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
-import gymnasium as gym
 import numpy as np
 
-from gigpo_envs import HistoryPrompt, PromptTemplate
+from gigpo_envs import history_prompt
 from training.local.prefix import cache_kwarg, prefix_cache, shared_prefix_length
 
 
@@ -32,7 +30,6 @@ class StepRecords:
     prompt_ids: list[list[int]] = field(default_factory=list)
     response_ids: list[list[int]] = field(default_factory=list)
     old_log_probs: list[list[float]] = field(default_factory=list)
-    responses: list[str] = field(default_factory=list)
     rewards: list[float] = field(default_factory=list)
     anchors: list[str] = field(default_factory=list)
     """The key of the state each call acted from (exact step grouping)."""
@@ -41,7 +38,6 @@ class StepRecords:
     group_ids: list[int] = field(default_factory=list)
     traj_ids: list[int] = field(default_factory=list)
     is_action_valid: list[bool] = field(default_factory=list)
-    done: list[bool] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.rewards)
@@ -60,23 +56,6 @@ class Rollout:
     generated_tokens: int = 0
 
 
-def prompt_wrapper(
-    env: gym.Env,
-    history_length: int,
-    format_instruction: str | None = None,
-    template: dict[str, Any] | None = None,
-) -> HistoryPrompt:
-    """:class:`HistoryPrompt` with the env's template, some fields replaced (``template``:
-    field -> value; ``format_instruction`` is short for that one field)."""
-    base = getattr(env.unwrapped, "prompt_template", None) or PromptTemplate()
-    changes = dict(template or {})
-    if format_instruction is not None:
-        changes["format_instruction"] = format_instruction
-    return HistoryPrompt(
-        env, history_length=history_length, template=dataclasses.replace(base, **changes)
-    )
-
-
 def make_envs(
     env_id: str,
     num_groups: int,
@@ -90,7 +69,7 @@ def make_envs(
     from gigpo_envs import make_group_vec
 
     wrapper = functools.partial(
-        prompt_wrapper,
+        history_prompt,
         history_length=history_length,
         format_instruction=format_instruction,
         template=template,
@@ -205,7 +184,6 @@ def collect(
     envs: Any,
     *,
     seed: int | list[int],
-    max_turns: int,
     max_new_tokens: int,
     temperature: float,
     top_p: float = 1.0,
@@ -217,7 +195,8 @@ def collect(
     """Plays one episode in every sub-environment; returns the step records.
 
     Envs whose episode has ended sit out the remaining turns (their autoreset step is fed
-    an empty action and discarded). Episodes still running after ``max_turns`` are cut.
+    an empty action and discarded). Every episode ends by itself: a gigpo env truncates at
+    its own ``max_steps``, the one step limit (read from the sub-envs here).
 
     Args:
         envs: a :class:`gigpo_envs.GroupVectorEnv` whose sub-envs are wrapped in
@@ -241,7 +220,7 @@ def collect(
     tick = time.perf_counter()
     _, infos = envs.reset(seed=seed)
     env_seconds += time.perf_counter() - tick
-    for _ in range(max_turns):
+    for _ in range(max(envs.get_attr("max_steps"))):
         active = np.flatnonzero(live)
         if len(active) == 0:
             break
@@ -280,7 +259,6 @@ def collect(
             records.prompt_ids.append(prompts[row])
             records.response_ids.append(response_ids[row])
             records.old_log_probs.append(log_probs[row])
-            records.responses.append(texts[row])
             records.rewards.append(float(rewards[i]))
             records.anchors.append(str(anchors_before[i]))
             state_text = texts_before[i]
@@ -288,11 +266,12 @@ def collect(
             records.group_ids.append(int(envs.group_ids[i]))
             records.traj_ids.append(int(i))
             records.is_action_valid.append(bool(infos["is_action_valid"][i]))
-            records.done.append(bool(done[i]))
             returns[i] += float(rewards[i])
             lengths[i] += 1
             won[i] |= bool(infos["won"][i])
         live[active] &= ~done[active]
+    if live.any():
+        raise RuntimeError(f"envs {np.flatnonzero(live).tolist()} did not end within max_steps")
     return Rollout(records, returns, won, lengths, gen_seconds, env_seconds, generated)
 
 

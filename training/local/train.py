@@ -259,7 +259,6 @@ def _play(
         tokenizer,
         envs,
         seed=seed,
-        max_turns=config.env.max_turns,
         max_new_tokens=r.max_new_tokens,
         temperature=r.eval_temperature if evaluation else r.temperature,
         top_p=1.0 if evaluation else r.top_p,

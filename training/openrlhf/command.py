@@ -7,7 +7,6 @@
 ``--env.kwargs``                JSON object passed to ``gymnasium.make``
 ``--env.num_tasks``             tasks (start seeds) in the generated prompt dataset
 ``--env.seed``                  first task seed
-``--env.max_turns``             turns per episode
 ``--env.max_new_tokens``        tokens per response
 ``--env.format_instruction``    replaces the prompt template's format instruction
 ``--group_size``                samples per task: sets ``--rollout.n_samples_per_prompt``
@@ -74,7 +73,6 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--env.kwargs", dest="env_kwargs", default="{}")
     p.add_argument("--env.num_tasks", dest="num_tasks", type=int, default=1024)
     p.add_argument("--env.seed", dest="seed", type=int, default=0)
-    p.add_argument("--env.max_turns", dest="max_turns", type=int, default=10)
     p.add_argument("--env.max_new_tokens", dest="max_new_tokens", type=int, default=512)
     p.add_argument("--env.format_instruction", dest="format_instruction", default=None)
     p.add_argument("--group_size", type=int, default=None)
@@ -117,9 +115,14 @@ def plan(argv: list[str]) -> Plan:
         raise UsageError(f"--env.kwargs is not JSON: {exc}") from None
     if not isinstance(env_kwargs, dict):
         raise UsageError("--env.kwargs must be a JSON object")
-    if ours.num_tasks < 1 or ours.seed < 0 or ours.max_turns < 1 or ours.history_length < 0:
-        raise UsageError("--env.num_tasks and --env.max_turns must be >= 1, seeds >= 0")
+    if ours.num_tasks < 1 or ours.seed < 0 or ours.history_length < 0:
+        raise UsageError("--env.num_tasks must be >= 1, --env.seed and --history_length >= 0")
     theirs = list(theirs)
+    if _has_flag(theirs, "--env.max_turns"):
+        raise UsageError(
+            "--env.max_turns is gone: an episode ends at the env's own max_steps; set it with "
+            "--env.kwargs '{\"max_steps\": N}'"
+        )
     if ours.group_size is not None:
         if ours.group_size < 2:
             raise UsageError("--group_size must be >= 2 (a GiGPO group needs two rollouts)")
@@ -158,7 +161,6 @@ def plan(argv: list[str]) -> Plan:
             seed=ours.seed + i,
             env_kwargs=env_kwargs,
             history_length=ours.history_length,
-            max_turns=ours.max_turns,
             max_new_tokens=ours.max_new_tokens,
             format_instruction=ours.format_instruction,
         )

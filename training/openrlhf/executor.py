@@ -36,7 +36,6 @@ class Task:
     seed: int
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     history_length: int = 0
-    max_turns: int = 10
     max_new_tokens: int = 512
     format_instruction: str | None = None
 
@@ -69,7 +68,7 @@ def parse_task(label: Any) -> Task:
     seed = label["seed"]
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise ValueError(f"gigpo task seed must be a non-negative int, got {seed!r}")
-    for name in ("history_length", "max_turns", "max_new_tokens"):
+    for name in ("history_length", "max_new_tokens"):
         value = label.get(name, 1)
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise ValueError(f"gigpo task {name} must be a non-negative int, got {value!r}")
@@ -83,10 +82,10 @@ def make_task_env(task: Task) -> Any:
     import gymnasium as gym
 
     import gigpo_envs  # noqa: F401  (registers the ids in this process)
-    from training.local.rollout import prompt_wrapper
+    from gigpo_envs import history_prompt
 
     env = gym.make(task.env_id, **task.env_kwargs)
-    return prompt_wrapper(env, task.history_length, task.format_instruction)
+    return history_prompt(env, task.history_length, format_instruction=task.format_instruction)
 
 
 def first_prompt_text(tokenizer: Any, messages: list[dict[str, str]]) -> str:
@@ -192,7 +191,7 @@ async def run_episode(
         log_probs: list[float] | None = [0.0] * len(tokens) if want_logprobs else None
         recorder = TurnRecorder(group=task.group, max_len=max_length)
         total_reward, truncated = 0.0, False
-        for _ in range(task.max_turns):
+        while True:  # the env truncates at its max_steps; the token budget bounds it too
             budget = max_length - len(tokens)
             if budget <= 0:
                 break
