@@ -8,7 +8,7 @@ import gymnasium as gym
 import pytest
 
 import gigpo_envs  # noqa: F401
-from gigpo_envs import HistoryPrompt
+from gigpo_envs import HistoryPrompt, history_prompt
 from gigpo_envs.sokoban.room import LEGEND
 
 
@@ -110,3 +110,22 @@ def test_order_arranges_the_user_message_and_rejects_bad_parts():
     for bad in (("current", "current"), ("observation",), ("history", "actions")):
         with pytest.raises(ValueError, match="order"):
             dataclasses.replace(base, order=bad)
+
+
+def test_history_prompt_keeps_the_env_template_and_replaces_named_fields():
+    env = gym.make("gigpo/NumberLine-v0")
+    base = env.unwrapped.prompt_template
+    wrapped = history_prompt(
+        env,
+        1,
+        template={"order": ["format", "current"]},
+        format_instruction="Say <action>+</action>.",
+    )
+    assert wrapped.template.task == base.task  # untouched fields are the env's own
+    assert list(wrapped.template.order) == ["format", "current"]
+    prompt, info = wrapped.reset(seed=0)
+    user = info["messages"][1]["content"]
+    assert user.startswith("Say <action>+</action>.") and user.endswith(info["raw_observation"])
+    assert base.task.split("{")[0] in prompt
+    with pytest.raises(ValueError, match=r"unknown PromptTemplate fields \['nope'\]"):
+        history_prompt(env, 1, template={"nope": "x"})
