@@ -1,13 +1,28 @@
-"""Input conversion and validation shared by the public functions.
+"""Array input and output for every public function: the one place numpy and torch meet.
 
-Every public function converts its numeric inputs to float64 numpy arrays with
-:func:`to_float_array`, computes in numpy, and converts the result back with
-:class:`ArrayKind` so that a torch tensor in gives a tensor out (same device and dtype).
-torch is never imported here unless a tensor is passed in.
+Public functions take lists, numpy arrays or torch tensors and give results in the form of
+their input, described by an :class:`ArrayKind`: a tensor in gives a tensor out on the same
+device, in its dtype when it is floating (else torch's default float dtype). They compute in
+one of two ways:
+
+- in float64 numpy (advantages, baselines): :func:`to_float_array` validates and converts an
+  input, and ``kind.wrap`` gives the numpy result back in the input's form, detached (no
+  gradient flows through); a floating numpy array keeps its dtype, anything else gives
+  float64 numpy;
+- natively, so that torch's autograd sees every operation (the losses,
+  :func:`~gigpo_algo.tokens.broadcast_to_tokens`): :func:`to_native` converts every input to
+  the kind of the first tensor among them (float64 numpy when there is none), and
+  ``kind.xp`` holds the operations (exp, clip, where, ...) for that kind. Nothing is moved off
+  the tensors' device or synchronised.
+
+:func:`~gigpo_algo.tokens.turns_to_tokens` computes in numpy (``NUMPY.asarray``) but gives
+its result back like the native functions (``common_kind(values).wrap``). Ids, flags and spans
+go through :func:`to_numpy`. torch is imported only when a tensor is passed in.
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -23,61 +38,170 @@ def is_torch_tensor(x: Any) -> bool:
     return type(x).__module__.startswith("torch") and hasattr(x, "detach")
 
 
+def to_numpy(x: Any) -> Any:
+    """A tensor as a numpy array (detached, copied to the CPU, dtype kept); else ``x`` itself."""
+    return x.detach().cpu().numpy() if is_torch_tensor(x) else x
+
+
 @dataclass(frozen=True)
 class ArrayKind:
-    """Where an input came from, so that outputs can be given back in the same form."""
+    """The form of a function's input, which its results are given back in.
+
+    ``device`` is None for numpy, else the input tensor's device; ``torch_dtype`` is the
+    tensor's dtype when it is floating (None: torch's default float dtype for results);
+    ``numpy_dtype`` is the dtype of numpy results.
+    """
 
     torch_dtype: Any = None
     device: Any = None
-    numpy_dtype: Any = None
+    numpy_dtype: Any = np.float64
+
+    @classmethod
+    def of(cls, x: Any) -> ArrayKind:
+        """The kind of one input: a tensor's device and floating dtype, a floating numpy
+        array's dtype, else float64 numpy."""
+        if is_torch_tensor(x):
+            return cls(x.dtype if x.is_floating_point() else None, x.device)
+        if isinstance(x, np.ndarray) and np.issubdtype(x.dtype, np.floating):
+            return cls(numpy_dtype=x.dtype)
+        return cls()
+
+    @property
+    def is_torch(self) -> bool:
+        return self.device is not None
+
+    @property
+    def xp(self) -> Any:
+        """The array operations for this kind (see :class:`_NumpyOps`)."""
+        return _torch_ops() if self.is_torch else _NumpyOps
+
+    def asarray(self, x: Any, name: str = "value") -> Any:
+        """Convert ``x`` to this kind, for computing in it.
+
+        torch: a tensor keeps its dtype and its autograd graph (moved to ``device`` if it is
+        elsewhere); anything else becomes a tensor of ``torch_dtype`` (None: inferred) on
+        ``device``. numpy: a float64 array (a tensor is detached and copied to the CPU).
+
+        Raises:
+            ValueError: ``x`` is not numeric (the message names ``name``).
+        """
+        if is_torch_tensor(x):
+            return x.to(self.device) if self.is_torch else x.detach().cpu().double().numpy()
+        try:
+            if self.is_torch:
+                import torch
+
+                return torch.as_tensor(x, dtype=self.torch_dtype, device=self.device)
+            return np.asarray(x, dtype=np.float64)
+        except (TypeError, ValueError, RuntimeError) as err:
+            raise ValueError(f"{name} must be numeric, got {type(x).__name__}: {err}") from None
 
     def wrap(self, values: np.ndarray) -> Any:
-        """Return ``values`` as a tensor (torch input) or a numpy array of the input's dtype."""
-        if self.torch_dtype is not None:
+        """Give a float numpy result back in this kind (a new tensor for torch)."""
+        if self.is_torch:
             import torch
 
-            return torch.as_tensor(values, dtype=self.torch_dtype, device=self.device)
-        if self.numpy_dtype is not None:
-            return values.astype(self.numpy_dtype, copy=False)
-        return values
+            dtype = self.torch_dtype or torch.get_default_dtype()
+            return torch.as_tensor(values, dtype=dtype, device=self.device)
+        return values.astype(self.numpy_dtype, copy=False)
 
 
-def to_float_array(x: Any, name: str, *, ndim: int | None = 1) -> tuple[np.ndarray, ArrayKind]:
-    """Convert a list, numpy array or torch tensor to a finite float64 array.
+#: float64 numpy, the kind of results when no input is a tensor.
+NUMPY = ArrayKind()
+
+
+def common_kind(*xs: Any) -> ArrayKind:
+    """The kind of the first tensor among ``xs``; float64 numpy when there is none."""
+    return next((ArrayKind.of(x) for x in xs if is_torch_tensor(x)), NUMPY)
+
+
+def to_native(**arrays: Any) -> tuple[ArrayKind, list[Any]]:
+    """Convert keyword ``name=array`` inputs to their :func:`common_kind`, to compute natively.
+
+    Returns:
+        ``(kind, converted)``: ``converted`` in the order given; compute with ``kind.xp``.
+        Shapes are not checked, nor are values (checking a tensor's values would synchronise
+        its device).
+
+    Raises:
+        ValueError: an input is not numeric (the message names it).
+    """
+    kind = common_kind(*arrays.values())
+    return kind, [kind.asarray(x, name) for name, x in arrays.items()]
+
+
+def to_float_array(
+    x: Any, name: str, *, ndim: int | None = 1, finite: bool = True
+) -> tuple[np.ndarray, ArrayKind]:
+    """Convert a list, numpy array or torch tensor to a float64 numpy array.
 
     Args:
         x: numeric input.
         name: argument name, used in error messages.
         ndim: required number of dimensions (None: any).
+        finite: refuse NaN and inf.
 
     Returns:
-        ``(array, kind)``; ``kind.wrap`` converts a result back to the input's form.
-        A floating numpy or torch input keeps its dtype on the way back; anything else
-        comes back as float64 numpy (or, for an integer tensor, a float32 tensor).
+        ``(array, ArrayKind.of(x))``; ``kind.wrap`` converts a result back to the input's form.
 
     Raises:
         ValueError: not numeric, wrong number of dimensions, or NaN/inf present.
     """
-    kind = ArrayKind()
-    if is_torch_tensor(x):
-        import torch
-
-        dtype = x.dtype if x.is_floating_point() else torch.get_default_dtype()
-        kind = ArrayKind(torch_dtype=dtype, device=x.device)
-        arr = x.detach().to("cpu", torch.float64).numpy()
-    else:
-        if isinstance(x, np.ndarray) and np.issubdtype(x.dtype, np.floating):
-            kind = ArrayKind(numpy_dtype=x.dtype)
-        try:
-            arr = np.asarray(x, dtype=np.float64)
-        except (TypeError, ValueError) as err:
-            raise ValueError(f"{name} must be numeric, got {type(x).__name__}: {err}") from None
+    arr = NUMPY.asarray(x, name)
     if ndim is not None and arr.ndim != ndim:
         raise ValueError(f"{name} must have {ndim} dimension(s), got shape {arr.shape}")
-    if not np.isfinite(arr).all():
+    if finite and not np.isfinite(arr).all():
         bad = np.flatnonzero(~np.isfinite(arr.ravel()))[:5].tolist()
         raise ValueError(f"{name} contains NaN or inf (flat positions {bad})")
-    return arr, kind
+    return arr, ArrayKind.of(x)
+
+
+class _NumpyOps:
+    """The operations native computations use, on numpy arrays; :func:`_torch_ops` gives
+    the same names on tensors."""
+
+    exp = staticmethod(np.exp)
+    maximum = staticmethod(np.maximum)
+    minimum = staticmethod(np.minimum)
+    where = staticmethod(np.where)
+
+    @staticmethod
+    def clip(x: Any, lo: float | None, hi: float | None) -> Any:
+        return np.clip(x, lo, hi)
+
+    @staticmethod
+    def sum(x: Any, axis: int | None = None) -> Any:
+        return np.sum(x, axis=axis)
+
+    @staticmethod
+    def log_softmax(x: Any, axis: int = -1) -> Any:
+        shifted = x - x.max(axis=axis, keepdims=True)
+        return shifted - np.log(np.exp(shifted).sum(axis=axis, keepdims=True))
+
+
+@functools.cache
+def _torch_ops() -> Any:
+    import torch
+
+    class _TorchOps:
+        exp = staticmethod(torch.exp)
+        maximum = staticmethod(torch.maximum)
+        minimum = staticmethod(torch.minimum)
+        where = staticmethod(torch.where)
+
+        @staticmethod
+        def clip(x: Any, lo: float | None, hi: float | None) -> Any:
+            return torch.clamp(x, lo, hi)
+
+        @staticmethod
+        def sum(x: Any, axis: int | None = None) -> Any:
+            return x.sum() if axis is None else x.sum(dim=axis)
+
+        @staticmethod
+        def log_softmax(x: Any, axis: int = -1) -> Any:
+            return torch.log_softmax(x, dim=axis)
+
+    return _TorchOps
 
 
 def _first_appearance(inverse: np.ndarray, first_index: np.ndarray) -> tuple[np.ndarray, int]:
@@ -119,8 +243,7 @@ def to_ids(x: Any, name: str, n: int | None = None) -> tuple[np.ndarray, int]:
         ``(codes, num_unique)``: codes of shape (N,), int64 in [0, num_unique), numbered in
         order of first appearance.
     """
-    if is_torch_tensor(x):
-        x = x.detach().cpu().numpy()
+    x = to_numpy(x)
     if isinstance(x, np.ndarray):
         if x.ndim != 1:
             raise ValueError(f"{name} must be 1-dimensional, got shape {x.shape}")

@@ -87,8 +87,3 @@ def normalize_in_groups(
             out = np.divide(out, denom, out=np.zeros_like(out), where=denom > 0)
     out[members < 2] = 0.0
     return out
-
-
-def group_sizes(codes: np.ndarray, num_groups: int) -> np.ndarray:
-    """Rows per group, shape (num_groups,) int64."""
-    return np.bincount(codes, minlength=num_groups)

@@ -25,9 +25,9 @@ from gigpo_algo._arrays import (
 from gigpo_algo._arrays import (
     check_eps,
     check_norm,
-    is_torch_tensor,
     to_float_array,
     to_ids,
+    to_numpy,
 )
 from gigpo_algo._grouped import combine_codes, normalize_in_groups
 from gigpo_algo.baselines import (
@@ -387,9 +387,7 @@ def _traj_codes(
 
 
 def _to_bool(x: Any, name: str, n: int) -> np.ndarray:
-    if is_torch_tensor(x):
-        x = x.detach().cpu().numpy()
-    arr = np.asarray(x)
+    arr = np.asarray(to_numpy(x))
     if arr.ndim != 1 or len(arr) != n:
         raise ValueError(f"{name} must have shape ({n},), got {arr.shape}")
     if arr.dtype == bool:

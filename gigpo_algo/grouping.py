@@ -12,7 +12,13 @@ from typing import Any
 
 import numpy as np
 
-from gigpo_algo._arrays import factorize_hashables, factorize_ints, is_torch_tensor, to_ids
+from gigpo_algo._arrays import (
+    factorize_hashables,
+    factorize_ints,
+    is_torch_tensor,
+    to_ids,
+    to_numpy,
+)
 from gigpo_algo._grouped import combine_codes
 from gigpo_algo.similarity import similarity_groups
 
@@ -86,8 +92,7 @@ def step_group_codes(
 
 
 def _anchor_codes(anchors: Any, n: int) -> tuple[np.ndarray, int]:
-    if is_torch_tensor(anchors):
-        anchors = anchors.detach().cpu().numpy()
+    anchors = to_numpy(anchors)
     if isinstance(anchors, np.ndarray) and anchors.dtype.kind in "biuf":
         if len(anchors) != n:
             raise ValueError(f"anchors has length {len(anchors)}, expected {n}")
@@ -137,7 +142,7 @@ def _hashable(a: Any) -> Any:
     if isinstance(a, np.ndarray):
         return ("__ndarray__", a.shape, tuple(_hashable(x) for x in a.ravel().tolist()))
     if is_torch_tensor(a):
-        return _hashable(a.detach().cpu().numpy())
+        return _hashable(to_numpy(a))
     raise ValueError(
         f"anchors must be str, bytes, int, float, tuple, list, dict or numpy arrays; "
         f"got {type(a).__name__}"

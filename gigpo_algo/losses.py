@@ -1,17 +1,16 @@
 """Policy-gradient losses: the PPO clipped surrogate, KL estimators, entropy, and aggregation.
 
 Each function works on per-token arrays of shape (B, T) (B sequences, T response tokens) and
-accepts numpy arrays, lists or torch tensors. With tensors, everything stays in torch, so the
-result keeps its autograd graph; no value is moved between devices or synchronised.
+accepts numpy arrays, lists or torch tensors (see :mod:`gigpo_algo._arrays`). With a tensor,
+everything is computed in torch on the first tensor's device, so the result keeps its autograd
+graph; no value is synchronised. Without one, the result is float64 numpy.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
-from gigpo_algo._backend import backend, first_tensor
+from gigpo_algo._arrays import to_native
 
 KL_ESTIMATORS = ("k1", "k2", "k3")
 AGGREGATIONS = (
@@ -26,7 +25,8 @@ MAX_LOG_RATIO = 20.0
 
 
 def _same_shapes(**arrays: Any) -> tuple[int, ...]:
-    shapes = {name: tuple(np.shape(a)) for name, a in arrays.items()}
+    """The common (B, T) shape of converted arrays, checked."""
+    shapes = {name: tuple(a.shape) for name, a in arrays.items()}
     first_name, first = next(iter(shapes.items()))
     if len(first) != 2:
         raise ValueError(f"{first_name} must have shape (B, T), got {first}")
@@ -34,12 +34,6 @@ def _same_shapes(**arrays: Any) -> tuple[int, ...]:
         if shape != first:
             raise ValueError(f"{name} has shape {shape}, expected {first} like {first_name}")
     return first
-
-
-def _as_arrays(**arrays: Any) -> tuple[Any, list[Any]]:
-    xp = backend(*arrays.values())
-    like = first_tensor(*arrays.values())
-    return xp, [xp.asarray(a, like) for a in arrays.values()]
 
 
 def ppo_clip_loss(
@@ -70,16 +64,17 @@ def ppo_clip_loss(
     Returns:
         Per-token loss, shape (B, T); reduce it with :func:`aggregate_loss`.
     """
-    _same_shapes(log_probs=log_probs, old_log_probs=old_log_probs, advantages=advantages)
+    kind, (lp, old, adv) = to_native(
+        log_probs=log_probs, old_log_probs=old_log_probs, advantages=advantages
+    )
+    _same_shapes(log_probs=lp, old_log_probs=old, advantages=adv)
     if not (clip_low >= 0 and clip_high >= 0):
         raise ValueError(f"clip_low and clip_high must be >= 0, got {clip_low}, {clip_high}")
     if clip_low >= 1:
         raise ValueError(f"clip_low must be < 1, got {clip_low}")
     if dual_clip is not None and not dual_clip > 1:
         raise ValueError(f"dual_clip must be > 1 or None, got {dual_clip!r}")
-    xp, (lp, old, adv) = _as_arrays(
-        log_probs=log_probs, old_log_probs=old_log_probs, advantages=advantages
-    )
+    xp = kind.xp
     ratio = xp.exp(xp.clip(lp - old, -MAX_LOG_RATIO, MAX_LOG_RATIO))
     unclipped = -adv * ratio
     clipped = -adv * xp.clip(ratio, 1.0 - clip_low, 1.0 + clip_high)
@@ -104,10 +99,11 @@ def kl_penalty(log_probs: Any, ref_log_probs: Any, *, estimator: str = "k3") -> 
     Returns:
         float, shape (B, T), in nats.
     """
-    _same_shapes(log_probs=log_probs, ref_log_probs=ref_log_probs)
+    kind, (lp, ref) = to_native(log_probs=log_probs, ref_log_probs=ref_log_probs)
+    _same_shapes(log_probs=lp, ref_log_probs=ref)
     if estimator not in KL_ESTIMATORS:
         raise ValueError(f"estimator must be one of {KL_ESTIMATORS}, got {estimator!r}")
-    xp, (lp, ref) = _as_arrays(log_probs=log_probs, ref_log_probs=ref_log_probs)
+    xp = kind.xp
     d = ref - lp
     if estimator == "k1":
         return -d
@@ -126,25 +122,19 @@ def entropy_from_logits(logits: Any) -> Any:
 
     Returns:
         float, shape (B, T), in nats; between 0 and ``log V``. Computed in the input's
-        precision (pass float32 logits for a float32 entropy).
+        precision for a tensor (pass float32 logits for a float32 entropy), else in float64.
+        Logits of -inf (masked-out tokens) are allowed and get a zero gradient.
     """
-    shape = tuple(np.shape(logits))
+    kind, (x,) = to_native(logits=logits)
+    shape = tuple(x.shape)
     if len(shape) != 3 or shape[-1] < 1:
         raise ValueError(f"logits must have shape (B, T, V) with V >= 1, got {shape}")
-    tensor = first_tensor(logits)
-    if tensor is not None:
-        import torch
-
-        log_p = torch.log_softmax(logits, dim=-1)
-        p = log_p.exp()
-        # 0 log 0 = 0 for tokens masked out with -inf logits.
-        return -torch.where(p > 0, p * log_p, torch.zeros_like(p)).sum(dim=-1)
-    x = np.asarray(logits, dtype=np.float64)
-    shifted = x - x.max(axis=-1, keepdims=True)
-    with np.errstate(invalid="ignore"):
-        log_p = shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
-        p = np.exp(log_p)
-        return -np.where(p > 0, p * log_p, 0.0).sum(axis=-1)
+    xp = kind.xp
+    log_p = xp.log_softmax(x, axis=-1)
+    p = xp.exp(log_p)
+    # 0 log 0 = 0 for tokens masked out with -inf logits; selecting before multiplying
+    # keeps 0 * -inf (NaN) out of both the value and the gradient.
+    return -xp.sum(p * xp.where(p > 0, log_p, 0.0 * p), axis=-1)
 
 
 def aggregate_loss(
@@ -174,15 +164,17 @@ def aggregate_loss(
     Returns:
         A scalar (0-d tensor for torch input). 0 when the mask is all zeros.
     """
-    batch, length = _same_shapes(loss=loss, response_mask=response_mask)
+    kind, (x, mask) = to_native(loss=loss, response_mask=response_mask)
+    batch, length = _same_shapes(loss=x, response_mask=mask)
     if mode not in AGGREGATIONS:
         raise ValueError(f"mode must be one of {AGGREGATIONS}, got {mode!r}")
     if norm_length is not None and (isinstance(norm_length, bool) or not norm_length > 0):
         raise ValueError(f"norm_length must be a positive int, got {norm_length!r}")
-    xp, (x, mask) = _as_arrays(loss=loss, response_mask=response_mask)
+    xp = kind.xp
+    one = kind.asarray(1.0)
     masked = x * mask
     if mode == "token-mean":
-        return xp.sum(masked) / xp.maximum(xp.sum(mask), xp.asarray(1.0, x))
+        return xp.sum(masked) / xp.maximum(xp.sum(mask), one)
     if mode == "seq-mean-token-sum-norm":
         return xp.sum(masked) / float(max(batch, 1) * (norm_length or length))
     per_seq = xp.sum(masked, axis=1)
@@ -190,6 +182,5 @@ def aggregate_loss(
         return xp.sum(per_seq) / float(max(batch, 1))
     tokens = xp.sum(mask, axis=1)
     has_tokens = tokens > 0
-    one = xp.asarray(1.0, x)
     seq_means = xp.where(has_tokens, per_seq / xp.maximum(tokens, one), 0.0 * per_seq)
     return xp.sum(seq_means) / xp.maximum(xp.sum(has_tokens * 1.0), one)

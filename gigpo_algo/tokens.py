@@ -6,6 +6,9 @@ Two layouts occur in agent training:
 - one row per whole episode, all turns concatenated in one sequence with the environment's
   tokens between them (OpenRLHF's multi-turn agents): each turn's value goes onto its own
   token span: :func:`turns_to_tokens`.
+
+Both take lists, numpy arrays or torch tensors (see :mod:`gigpo_algo._arrays`): with a tensor
+the result is a tensor, else float64 numpy.
 """
 
 from __future__ import annotations
@@ -14,8 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from gigpo_algo._arrays import is_torch_tensor
-from gigpo_algo._backend import backend, first_tensor
+from gigpo_algo._arrays import NUMPY, common_kind, to_native, to_numpy
 
 
 def broadcast_to_tokens(values: Any, response_mask: Any) -> Any:
@@ -26,13 +28,14 @@ def broadcast_to_tokens(values: Any, response_mask: Any) -> Any:
         response_mask: shape (B, T), 1 on response tokens.
 
     Returns:
-        float, shape (B, T): ``values[:, None] * response_mask`` (torch if either input is).
+        float, shape (B, T): ``values[:, None] * response_mask``; a tensor on the first
+        tensor input's device (autograd kept) if either input is one, else float64 numpy.
+
+    Raises:
+        ValueError: non-numeric input, or wrong shapes.
     """
-    xp = backend(values, response_mask)
-    like = first_tensor(values, response_mask)
-    v = xp.asarray(values, like)
-    m = xp.asarray(response_mask, like)
-    if len(getattr(v, "shape", ())) != 1:
+    _, (v, m) = to_native(values=values, response_mask=response_mask)
+    if len(v.shape) != 1:
         raise ValueError(f"values must have shape (B,), got {tuple(v.shape)}")
     if len(m.shape) != 2 or m.shape[0] != v.shape[0]:
         raise ValueError(f"response_mask must have shape ({v.shape[0]}, T), got {tuple(m.shape)}")
@@ -51,21 +54,18 @@ def turns_to_tokens(values: Any, turn_spans: Any, shape: tuple[int, int]) -> Any
         shape: ``(B, T)`` of the output.
 
     Returns:
-        float, shape (B, T): the turn's value on its tokens and 0 elsewhere (torch on
-        ``values``' device when ``values`` is a tensor).
+        float, shape (B, T): the turn's value on its tokens and 0 elsewhere; a tensor on
+        ``values``' device (its dtype if floating, else torch's default) when ``values`` is
+        a tensor, else float64 numpy. No gradient flows back into ``values``.
 
     Raises:
-        ValueError: wrong shapes, spans out of range or overlapping.
+        ValueError: non-numeric values, wrong shapes, spans out of range or overlapping.
     """
     spans = _spans_array(turn_spans)
     batch, length = _check_shape(shape)
-    # Advantages are constants for the loss: no gradient flows through them.
-    if is_torch_tensor(values):
-        import torch
-
-        v = values.detach().to("cpu", torch.float64).numpy()
-    else:
-        v = np.asarray(values, dtype=np.float64)
+    # Advantages are constants for the loss: computed in numpy, no gradient.
+    kind = common_kind(values)
+    v = NUMPY.asarray(values, "values")
     if v.ndim != 1 or len(v) != len(spans):
         raise ValueError(f"values must have shape ({len(spans)},), got {v.shape}")
     seq, start, end = spans[:, 0], spans[:, 1], spans[:, 2]
@@ -86,17 +86,11 @@ def turns_to_tokens(values: Any, turn_spans: Any, shape: tuple[int, int]) -> Any
     flat_cols = np.repeat(start, lengths) + offsets
     out = np.zeros((batch, length), dtype=np.float64)
     out[flat_rows, flat_cols] = np.repeat(v, lengths)
-    if is_torch_tensor(values):
-        import torch
-
-        return torch.as_tensor(out, dtype=values.dtype, device=values.device)
-    return out
+    return kind.wrap(out)
 
 
 def _spans_array(turn_spans: Any) -> np.ndarray:
-    if is_torch_tensor(turn_spans):
-        turn_spans = turn_spans.detach().cpu().numpy()
-    arr = np.asarray(turn_spans)
+    arr = np.asarray(to_numpy(turn_spans))
     if arr.size == 0:
         return np.zeros((0, 3), dtype=np.int64)
     if arr.ndim != 2 or arr.shape[1] != 3 or arr.dtype.kind not in "iu":
