@@ -4,7 +4,8 @@ The TextWorld environment (with a private copy of fast-downward's library) is bu
 reused: loading another game swaps the game in place, and resetting the same game again only
 rebuilds the PDDL state. ``alfworld``'s ``AlfredDemangler`` names objects as ALFWorld does
 (``desk 1``), ``AlfredInfos`` records the game file, and, when asked, ``AlfredExpert`` runs
-ALFWorld's hand-coded expert beside the game.
+ALFWorld's hand-coded expert beside the game. When the expert gives up (its timeout, or no
+subgoal left) there is no expert action; any other error inside it is raised.
 
 TextWorld's slow parts are memoized by :mod:`gigpo_envs.alfworld.speedups` (same output).
 
@@ -29,18 +30,53 @@ from gigpo_envs.alfworld.speedups import enable_speedups
 _SAFE_EXPERT_CLASS: type | None = None
 
 
+def _gave_up(error: BaseException, timeout: type, failed: type) -> bool:
+    """Whether ``error`` is how alfworld 0.4.2's hand-coded expert says it has no advice.
+
+    ``BasePolicy.act`` (``alfworld/agents/expert/handcoded_expert.py``) raises exactly two
+    such errors, both ``NameError`` subclasses:
+
+    * ``HandCodedAgentTimeout``: it has been asked for more than ``max_steps`` (200) moves.
+      ``AlfredExpert._gather_infos`` (``alfworld/agents/environment/alfred_tw_env.py``)
+      turns it into a bare ``Exception("Timeout")`` raised while handling it, so it arrives
+      here as that ``Exception`` with the timeout as its ``__context__``. (alfworld's own
+      THOR env catches ``HandCodedAgentTimeout`` too, and plays on without advice.)
+    * ``HandCodedAgentFailed``: it went through all its subgoals without winning and has no
+      undo actions left. ``AlfredExpert`` lets it through as it is.
+
+    Anything else (an ``IndexError``, ``TypeError``, ``AttributeError``, ... from inside the
+    expert, a broken ``traj_data.json``) is a bug or a broken game, not "no advice".
+    """
+    if isinstance(error, (timeout, failed)):
+        return True
+    return (
+        type(error) is Exception
+        and error.args == ("Timeout",)
+        and isinstance(error.__context__, timeout)
+    )
+
+
 def _safe_expert_class() -> type:
-    """``AlfredExpert`` whose failures give no expert action instead of an exception."""
+    """``AlfredExpert`` that gives no expert action (an empty plan) when the expert gives up.
+
+    Only the expert's own "no advice" signals are caught (see :func:`_gave_up`); any other
+    exception propagates, with a note naming the game and the expert.
+    """
     global _SAFE_EXPERT_CLASS
     if _SAFE_EXPERT_CLASS is None:
         _, alfred_tw_env = require_alfworld()
+        from alfworld.agents.expert import HandCodedAgentFailed, HandCodedAgentTimeout
 
         class SafeAlfredExpert(alfred_tw_env.AlfredExpert):
             def _gather_infos(self) -> None:
                 try:
                     super()._gather_infos()
-                except Exception:  # the expert gave up (timeout, no plan): no advice
-                    self.state["extra.expert_plan"] = []
+                except Exception as error:
+                    if not _gave_up(error, HandCodedAgentTimeout, HandCodedAgentFailed):
+                        game = getattr(self, "gamefile", None)
+                        error.add_note(f"raised by ALFWorld's hand-coded expert on {game}")
+                        raise
+                    self.state["extra.expert_plan"] = []  # the expert gave up: no advice
 
         _SAFE_EXPERT_CLASS = SafeAlfredExpert
     return _SAFE_EXPERT_CLASS
@@ -141,7 +177,12 @@ class TextWorldSession:
         return list(self.state["facts"])
 
     def expert_action(self) -> str | None:
-        """The hand-coded expert's next action, if it has an admissible one."""
+        """The hand-coded expert's next action, if it has an admissible one.
+
+        None when the session runs no expert, or when the expert gave up (it timed out
+        after 200 moves, or ran out of subgoals without winning). Any other error of the
+        expert is raised by :meth:`reset` / :meth:`step`, not turned into None.
+        """
         if not self.expert:
             return None
         plan = self.state.get("extra.expert_plan") or []

@@ -19,6 +19,8 @@ from gigpo_envs.webshop.data import Product
 #: Hits a search keeps (WebShop's ``SEARCH_RETURN_N``).
 SEARCH_RETURN_N = 50
 _EXTRA_HINT = 'pip install "gigpo[webshop]"'
+#: The packages the ``webshop`` extra installs (the default ``bm25s`` backend's).
+_EXTRA_PACKAGES = frozenset({"bm25s", "PyStemmer"})
 
 
 def product_document(product: Product) -> dict[str, str]:
@@ -40,6 +42,24 @@ def _backends() -> Any:
     return backends
 
 
+def _load_or_build(
+    backends: Any,
+    backend_class: Any,
+    docs: list[dict[str, str]],
+    backend_options: Mapping[str, Any] | None,
+    index_dir: str | os.PathLike[str] | None,
+) -> Any:
+    """Loads the index in ``index_dir`` if it holds these documents; else builds (and saves)."""
+    if index_dir is not None and os.path.isfile(os.path.join(index_dir, "meta.json")):
+        loaded = backends.load_backend(index_dir)
+        if [doc["id"] for doc in loaded.docs] == [doc["id"] for doc in docs]:
+            return loaded
+    index = backend_class.build(docs, **dict(backend_options or {}))
+    if index_dir is not None:
+        index.save(index_dir)
+    return index
+
+
 class ProductSearch:
     """Search over products: ``search(query) -> asins``, best first, at most 50.
 
@@ -50,6 +70,10 @@ class ProductSearch:
       index_dir: a directory to save the index to, or to load it from when it already
         holds an index of the same documents.
       cache_size: how many distinct queries' hits to remember.
+
+    Raises ``ImportError`` (naming the extra to install) when a package the backend needs is
+    missing, and ``retrieval_server.backends.BackendError`` with its own message when the
+    backend fails otherwise (a damaged ``index_dir``, a model directory that is not there).
     """
 
     def __init__(
@@ -66,18 +90,13 @@ class ProductSearch:
             backend_class = backends.get_backend(backend)
         except ImportError as error:
             raise ImportError(f"search backend {backend!r} is not installed: {error}") from error
-        self.index = None
-        if index_dir is not None and os.path.isfile(os.path.join(index_dir, "meta.json")):
-            loaded = backends.load_backend(index_dir)
-            if [doc["id"] for doc in loaded.docs] == [doc["id"] for doc in docs]:
-                self.index = loaded
-        if self.index is None:
-            try:
-                self.index = backend_class.build(docs, **dict(backend_options or {}))
-            except backends.BackendError as error:
-                raise ImportError(f"{error} (or {_EXTRA_HINT})") from error
-            if index_dir is not None:
-                self.index.save(index_dir)
+        # Only a missing optional package becomes an ImportError naming the extra; any other
+        # BackendError (a damaged index directory, a bad model path) keeps its own message.
+        try:
+            self.index = _load_or_build(backends, backend_class, docs, backend_options, index_dir)
+        except backends.MissingDependencyError as error:
+            hint = f" (or {_EXTRA_HINT})" if error.name in _EXTRA_PACKAGES else ""
+            raise ImportError(f"{error}{hint}", name=error.name) from error
         self.backend = backend
         self.cache_size = int(cache_size)
         self._cache: OrderedDict[str, tuple[str, ...]] = OrderedDict()

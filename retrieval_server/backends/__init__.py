@@ -15,7 +15,13 @@ from __future__ import annotations
 import importlib
 import os
 
-from retrieval_server.backends.base import BackendError, Hit, SearchBackend, read_meta
+from retrieval_server.backends.base import (
+    BackendError,
+    Hit,
+    MissingDependencyError,
+    SearchBackend,
+    read_meta,
+)
 
 #: backend name -> "module:class", imported on first use.
 BACKENDS: dict[str, str] = {
@@ -46,4 +52,12 @@ def load_backend(directory: str | os.PathLike[str]) -> SearchBackend:
     return backend_class.load(directory)
 
 
-__all__ = ["BACKENDS", "BackendError", "Hit", "SearchBackend", "get_backend", "load_backend"]
+__all__ = [
+    "BACKENDS",
+    "BackendError",
+    "Hit",
+    "MissingDependencyError",
+    "SearchBackend",
+    "get_backend",
+    "load_backend",
+]

@@ -37,11 +37,24 @@ class BackendError(RuntimeError):
     """A backend cannot do what was asked (missing dependency, broken index directory)."""
 
 
-def missing_dependency(package: str, extra: str) -> BackendError:
+class MissingDependencyError(BackendError, ImportError):
+    """An optional package a backend needs is not installed (its message names the extra).
+
+    Both a :class:`BackendError` (as before) and an ``ImportError``, so that callers can tell
+    a missing package apart from a broken index without parsing messages. ``name`` is the
+    package, ``extra`` the gigpo extra that installs it.
+    """
+
+    extra: str | None = None
+
+
+def missing_dependency(package: str, extra: str) -> MissingDependencyError:
     """Returns the error raised when an optional dependency of a backend is not installed."""
-    return BackendError(
+    error = MissingDependencyError(
         f"this backend needs the '{package}' package: pip install \"gigpo[{extra}]\""
     )
+    error.name, error.extra = package, extra
+    return error
 
 
 def validate_docs(docs: Iterable[Mapping[str, Any]]) -> list[dict[str, str]]:

@@ -15,6 +15,7 @@ from retrieval_server.backends import (
     BACKENDS,
     BackendError,
     Hit,
+    MissingDependencyError,
     SearchBackend,
     get_backend,
     load_backend,
@@ -185,6 +186,21 @@ def test_bm25s_empty_and_stop_word_documents_and_queries(tmp_path):
     ]
     backend.save(tmp_path)
     assert [h.doc_id for h in load_backend(tmp_path).search(["world"], 5)[0]] == ["hello"]
+
+
+def test_a_missing_package_is_a_distinct_backend_error(corpus_docs, monkeypatch):
+    monkeypatch.setitem(sys.modules, "bm25s", None)  # as if bm25s were not installed
+    with pytest.raises(MissingDependencyError, match=r'pip install "gigpo\[retrieval\]"') as caught:
+        get_backend("bm25s").build(corpus_docs[:2])
+    assert isinstance(caught.value, BackendError) and isinstance(caught.value, ImportError)
+    assert (caught.value.name, caught.value.extra) == ("bm25s", "retrieval")
+
+
+def test_a_broken_index_is_not_a_missing_package(tmp_path):
+    (tmp_path / "meta.json").write_text("{not json")
+    with pytest.raises(BackendError) as caught:
+        load_backend(tmp_path)
+    assert not isinstance(caught.value, ImportError)
 
 
 def test_dense_refuses_a_missing_model_directory(tmp_path, corpus_docs):
