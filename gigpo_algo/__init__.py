@@ -8,6 +8,9 @@ Modules:
 - :mod:`gigpo_algo.grouping`: anchor-state grouping (exact and similarity);
 - :mod:`gigpo_algo.tokens`: per-step values onto response tokens;
 - :mod:`gigpo_algo.losses`: PPO clipped loss, KL estimators, entropy, loss aggregation.
+
+Arrays in, arrays out, no state (docs/design.md, contract 3); the argument names are the
+project's vocabulary (docs/algorithm.md).
 """
 
 from gigpo_algo.advantages import (

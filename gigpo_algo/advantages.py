@@ -1,6 +1,6 @@
 """GiGPO advantages: episode-level and step-level relative advantages, as pure functions.
 
-Every function takes one row per step record (DESIGN.md, contract 2): a row is one model call
+Every function takes one row per step record (docs/design.md, contract 2): a row is one model call
 of one trajectory; rows of a trajectory are in time order, and trajectories may be
 interleaved. Numeric inputs may be lists, numpy arrays or torch tensors; a tensor in gives a
 tensor out on the same device (floating dtype kept), a floating numpy array keeps its dtype,

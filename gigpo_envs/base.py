@@ -1,4 +1,4 @@
-"""The environment contract every gigpo environment shares (see ``shared/DESIGN.md``).
+"""The environment contract every gigpo environment shares (docs/design.md, contract 1).
 
 A :class:`TextEnv` is a :class:`gymnasium.Env` whose observations and actions are strings.
 A subclass writes only the game: how a new episode is dealt from a numpy generator, how a

@@ -1,21 +1,25 @@
-"""The README's gigpo_algo example runs and prints what it says."""
+"""The gigpo_algo example of the README and of docs/algorithm.md runs and prints what it says."""
 
 import contextlib
 import io
-import re
-from pathlib import Path
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+import pytest
+from doc_blocks import code_blocks
 
 
-def test_readme_advantages_example_runs():
-    text = README.read_text()
-    section = text[text.index("## Advantages (`gigpo_algo`)") :]
-    blocks = re.findall(r"```python\n(.*?)```", section, re.DOTALL)
-    assert blocks, "the Advantages section has no python example"
+def _advantages_example(page: str, section: str | None) -> str:
+    blocks = [b for b in code_blocks(page, section) if "gigpo_advantages(" in b]
+    assert blocks, f"{page} has no gigpo_advantages example"
+    return blocks[0]
+
+
+@pytest.mark.parametrize(
+    ("page", "section"), [("README.md", None), ("docs/algorithm.md", "The functions")]
+)
+def test_advantages_example_runs(page, section):
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        exec(compile(blocks[0], "README.md", "exec"), {})
+        exec(compile(_advantages_example(page, section), page, "exec"), {})
     lines = out.getvalue().splitlines()
     assert lines[0] == "[0 1 2 0 1]"
     # The winning rollout's rows have positive advantages, the losing rollout's negative.

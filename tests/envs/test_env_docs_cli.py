@@ -1,14 +1,14 @@
-"""The README's environment examples and the ``python -m gigpo_envs`` command line."""
+"""The environment examples of docs/environments.md and the README, and ``python -m gigpo_envs``."""
 
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
 
 import gymnasium as gym
+from doc_blocks import code_blocks
 
 import gigpo_envs
 from gigpo_envs.sokoban import solve
@@ -30,21 +30,23 @@ def _run(args, stdin="", check=True):
     )
 
 
-def _readme_blocks() -> list[str]:
-    readme = (REPO / "README.md").read_text()
-    section = readme[readme.index("## Environments") :]
-    section = section[: section.find("\n## ", 1)] if "\n## " in section[1:] else section
-    return re.findall(r"```python\n(.*?)```", section, re.DOTALL)
-
-
-def test_readme_examples_run():
-    blocks = _readme_blocks()
+def test_docs_examples_run():
+    blocks = code_blocks("docs/environments.md")
     assert len(blocks) >= 3
     first = blocks[0]
     assert 'gym.make("gigpo/Sokoban-v0"' in first
     assert len(first.strip().splitlines()) <= 10
     result = _run(["-c", "\n".join(blocks)])
     assert "won: True" in result.stdout
+
+
+def test_readme_environment_example_runs():
+    block = next(b for b in code_blocks("README.md") if "gym.make(" in b)
+    reward, anchor, valid = _run(["-c", block]).stdout.split()
+    env = gym.make("gigpo/Sokoban-v0", dim_room=(6, 6), num_boxes=1, max_steps=15)
+    env.reset(seed=3)
+    _, expected_reward, _, _, info = env.step("<action>up</action>")
+    assert (float(reward), anchor, valid) == (expected_reward, info["anchor"], "True")
 
 
 def test_list_names_every_environment():

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
 import subprocess
 import sys
 from pathlib import Path
 
 import gymnasium as gym
 import pytest
+from doc_blocks import code_blocks
 from sample_data import sample_dir
 
 import gigpo_envs
@@ -395,21 +395,19 @@ def test_history_prompt_and_group_vector_env():
     envs.close()
 
 
-def test_readme_webshop_examples_run(tmp_path, monkeypatch, capsys):
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    section = readme[readme.index("## WebShop") :]
-    section = section[: section.find("\n## ", 1)] if "\n## " in section[1:] else section
-    blocks = re.findall(r"```python\n(.*?)```", section, re.DOTALL)
+def test_docs_webshop_examples_run(tmp_path, monkeypatch, capsys):
+    blocks = code_blocks("docs/webshop.md")
     assert len(blocks) == 2
     namespace: dict = {}
-    exec(compile(blocks[0], "README.md", "exec"), namespace)
+    exec(compile(blocks[0], "docs/webshop.md", "exec"), namespace)
     printed = capsys.readouterr().out.splitlines()
     assert printed[0].startswith("WebShop [SEP] Instruction: [SEP] i am looking for")
     assert printed[-1] == "click[buy now] 1.0 True 1.0"
     write_catalog(tmp_path / "data", num_products=50, seed=5)
     monkeypatch.setenv("WEBSHOP_DATA", str(tmp_path / "data"))
     monkeypatch.chdir(tmp_path)
-    exec(compile(blocks[1].replace("/tmp/webshop-index", "index"), "README.md", "exec"), namespace)
+    code = blocks[1].replace("/tmp/webshop-index", "index")
+    exec(compile(code, "docs/webshop.md", "exec"), namespace)
     assert namespace["env"].unwrapped.shop.shop_id.startswith("files:items_shuffle.json")
     assert (tmp_path / "index" / "meta.json").is_file()
 

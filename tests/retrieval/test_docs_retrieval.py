@@ -1,4 +1,4 @@
-"""The README's retrieval and SearchQA examples run as written."""
+"""The examples of docs/retrieval.md and docs/searchqa.md run as written."""
 
 from __future__ import annotations
 
@@ -8,20 +8,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+from doc_blocks import code_blocks, section_text
 from retrieval_helpers import REPO
 
 import retrieval_server
 
 # The examples import the installed package (or this checkout when run from a source tree).
 PACKAGE_ROOT = str(Path(retrieval_server.__file__).resolve().parent.parent)
-
-
-def _blocks() -> list[str]:
-    readme = (REPO / "README.md").read_text()
-    section = readme[readme.index("## Retrieval server and SearchQA") :]
-    following = section.find("\n## ", 1)
-    section = section if following < 0 else section[:following]
-    return re.findall(r"```python\n(.*?)```", section, re.DOTALL)
 
 
 def _run(code: str, cwd) -> subprocess.CompletedProcess:
@@ -37,8 +30,9 @@ def _run(code: str, cwd) -> subprocess.CompletedProcess:
     return completed
 
 
-def test_readme_examples_run(bm25s_server, corpus_path, tmp_path):
-    client_block, backend_block, env_block = _blocks()
+def test_docs_examples_run(bm25s_server, corpus_path, tmp_path):
+    client_block, backend_block = code_blocks("docs/retrieval.md")
+    (env_block,) = code_blocks("docs/searchqa.md")
     code = client_block.replace("http://127.0.0.1:8000", bm25s_server.url)
     _run(code + "\nassert len(docs) == 2 and docs[1][0]['id'] == '4'\n", tmp_path)
     prelude = f"import json\ndocs = [json.loads(l) for l in open({str(corpus_path)!r})]\n"
@@ -49,9 +43,8 @@ def test_readme_examples_run(bm25s_server, corpus_path, tmp_path):
     assert out[:2] == ["0.0", "0.0"]  # "Wilhelm Röntgen" is not an exact match
 
 
-def test_readme_serve_command_names_the_sample_corpus():
-    readme = (REPO / "README.md").read_text()
-    section = readme[readme.index("## Retrieval server and SearchQA") :]
+def test_docs_serve_command_names_the_sample_corpus():
+    section = section_text("docs/retrieval.md")
     command = re.search(r"python -m retrieval_server serve --corpus (\S+)", section)
     assert command is not None
     assert (REPO / command.group(1)).resolve() == (

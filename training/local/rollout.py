@@ -2,7 +2,7 @@
 
 One iteration plays one episode in every sub-environment of a
 :func:`gigpo_envs.make_group_vec` vector env. Each turn, the prompts of all live envs are
-generated for in one batch; each model call becomes one step record (DESIGN.md, contract 2).
+generated for in one batch; each model call becomes one step record (docs/design.md, contract 2).
 """
 
 from __future__ import annotations

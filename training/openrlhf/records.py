@@ -4,7 +4,8 @@ One :class:`EpisodeTurns` per OpenRLHF sample (one episode): per turn, the step 
 anchor (the key of the state the turn acted from), whether the action was valid, and the
 token range of the response; plus the episode's group (its task) and a trajectory id. It
 rides in ``Experience.info["gigpo_turns"]`` as a plain dict (a list of them once OpenRLHF
-concatenates samples: its merge chains lists), and the estimator reads it back.
+concatenates samples: its merge chains lists), and the estimator reads it back. These are
+the step records of docs/design.md, contract 2, one episode at a time.
 """
 
 from __future__ import annotations
