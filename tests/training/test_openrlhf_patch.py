@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 import torch
 
+from gigpo_algo.advantages import gigpo_advantages
 from training.openrlhf import patch
-from training.openrlhf.estimator import SETTINGS_ENV, GiGPOSettings, batch_advantages
+from training.openrlhf.estimator import SETTINGS_ENV, GiGPOSettings
 from training.openrlhf.records import INFO_KEY, EpisodeTurns
 
 
@@ -83,33 +84,80 @@ def _record(group, traj, rewards, ranges, length, anchors=None):
     ).to_dict()
 
 
-def test_attach_then_apply_writes_masked_per_turn_advantages():
-    # Two samples of one task, as OpenRLHF holds them after concatenation: info lists chained.
+def _two_samples(rewards=None):
+    """Two samples of one task, as OpenRLHF holds them after concatenation: one Experience
+    (OpenRLHF's own class) whose info lists are chained, and the action mask of each turn."""
+    from openrlhf.trainer.ppo_utils.experience import Experience
+
     responses = [
         {"gigpo": _record("t", "a", [0.0, 1.0], [(3, 5), (7, 9)], 9)},
         {"gigpo": _record("t", "b", [0.0, 0.0], [(3, 6), (8, 9)], 9, anchors=["s0", "s9"])},
     ]
-    singles = [patch.attach_turns(SimpleNamespace(info={}), r, max_len=2048) for r in responses]
+    singles = [patch.attach_turns(Experience(info={}), r, max_len=2048) for r in responses]
     mask = torch.zeros(2, 8)
-    mask[0, 2:4] = mask[0, 6:8] = 1
-    mask[1, 2:5] = mask[1, 7:8] = 1
-    experience = SimpleNamespace(
+    mask[0, 2:4] = mask[0, 6:8] = 1  # a: turns on tokens 3-4 and 7-8 (columns shift by one)
+    mask[1, 2:5] = mask[1, 7:8] = 1  # b: tokens 3-5 and 8
+    experience = Experience(
         info={INFO_KEY: singles[0].info[INFO_KEY] + singles[1].info[INFO_KEY]},
         action_mask=mask,
         kl=torch.ones(2, 8),
+        rewards=rewards,
+        response_length=torch.tensor([8.0, 6.0]),
+        truncated=torch.tensor([False, True]),
     )
-    settings = GiGPOSettings()
-    patch.apply_gigpo([experience], settings)
+    return experience, mask
 
-    expected, _ = batch_advantages(
-        [[EpisodeTurns.from_dict(r["gigpo"]) for r in responses]], [(2, 8)], settings
-    )
-    assert torch.allclose(experience.advantages, torch.tensor(expected[0], dtype=torch.float32))
-    assert torch.equal(experience.advantages * (1 - mask), torch.zeros(2, 8))
+
+def _on_tokens(turn_values):
+    """The four turns' values on the token grid of :func:`_two_samples`."""
+    grid = torch.zeros(2, 8)
+    grid[0, 2:4], grid[0, 6:8], grid[1, 2:5], grid[1, 7:8] = (float(v) for v in turn_values)
+    return grid
+
+
+def _gigpo(turn_rewards):
+    return gigpo_advantages(
+        turn_rewards, ["a", "a", "b", "b"], ["t"] * 4, ["s0", "s1", "s0", "s9"]
+    ).advantages
+
+
+def test_attach_then_apply_writes_each_turns_gigpo_advantage_on_its_tokens():
+    experience, mask = _two_samples()
+    patch.apply_gigpo([experience], GiGPOSettings())
+
+    expected = _on_tokens(_gigpo([0.0, 1.0, 0.0, 0.0]))
+    assert torch.allclose(experience.advantages, expected, atol=1e-6)
     assert torch.equal(experience.returns, experience.advantages)
     assert experience.info["return"].tolist() == [1.0, 0.0]
     assert INFO_KEY not in experience.info and experience.kl is None
     assert experience.advantages[0, 2] != experience.advantages[0, 6]  # turns differ
+
+
+def test_gigpo_gets_openrlhfs_length_penalties_reward_clip_and_group_std(monkeypatch):
+    # OpenRLHF's own shaping, through the patched method: its overlong penalty (buffer 4 of 8
+    # new tokens: sample a, 8 tokens long, loses 1; b, 6 long, loses 0.5), then its stop
+    # properly penalty (b was cut: scaled by 0.5), then the clip of the advantage.
+    experience, mask = _two_samples(rewards=torch.tensor([1.0, 0.0]))
+    reward = SimpleNamespace(
+        overlong_buffer_len=4.0,
+        overlong_penalty_factor=1.0,
+        stop_properly_penalty_coef=0.5,
+        clip_range=(-0.5, 0.5),
+    )
+    args = SimpleNamespace(reward=reward, rollout=SimpleNamespace(max_new_tokens=8), data=None)
+    maker = SimpleNamespace(strategy=SimpleNamespace(args=args))
+    monkeypatch.setenv(SETTINGS_ENV, GiGPOSettings().to_json())
+    wrapped = patch._wrap_compute_advantages(lambda self, experiences: pytest.fail("not gigpo"))
+    wrapped(maker, [experience])
+
+    # episode rewards: a 1 - 1 = 0; b (0 - 0.5) * 0.5 = -0.25, on each episode's last turn
+    assert experience.rewards.tolist() == [0.0, -0.25]
+    expected = _on_tokens(np.clip(_gigpo([0.0, 0.0, 0.0, -0.25]), -0.5, 0.5))
+    assert torch.allclose(experience.advantages, expected, atol=1e-6)
+    assert experience.advantages.max() == 0.5  # the clip bound was reached
+    assert experience.info["return"].tolist() == [0.0, -0.25]
+    std = float(np.std([0.0, -0.25], ddof=1))
+    assert experience.info["group_reward_std"].tolist() == pytest.approx([std, std])
 
 
 def test_gigpo_without_turn_records_is_a_clear_error():
@@ -130,8 +178,15 @@ def test_wrapped_estimator_defers_to_openrlhf_unless_gigpo_is_on(monkeypatch):
     assert wrapped(None, []) == [] and calls == ["openrlhf"]
 
     monkeypatch.setenv(SETTINGS_ENV, GiGPOSettings().to_json())
+    from openrlhf.trainer.ppo_utils.experience import Experience
+
     record = _record("t", "a", [1.0], [(2, 4)], 4)
-    experience = SimpleNamespace(info={INFO_KEY: [record]}, action_mask=torch.ones(1, 3))
-    wrapped(None, [experience])
+    experience = Experience(
+        info={INFO_KEY: [record]}, action_mask=torch.ones(1, 3), rewards=torch.tensor([1.0])
+    )
+    reward = SimpleNamespace(clip_range=(-10.0, 10.0))  # OpenRLHF's defaults: no penalties
+    maker = SimpleNamespace(strategy=SimpleNamespace(args=SimpleNamespace(reward=reward)))
+    wrapped(maker, [experience])
     assert calls == ["openrlhf"]
     assert np.allclose(experience.advantages.numpy(), 0.0)  # a lone rollout: advantage 0
+    assert "group_reward_std" not in experience.info  # a group of one has no std

@@ -6,8 +6,10 @@ OpenRLHF 0.11 has no hook for a custom advantage estimator. Two methods are wrap
   the executor's per-turn record (``response["gigpo"]``) is put in
   ``experience.info["gigpo_turns"]``;
 * ``RemoteExperienceMaker.compute_advantages_and_returns``: when the run's settings are in
-  ``$GIGPO_OPENRLHF_SETTINGS``, advantages come from :func:`training.openrlhf.estimator.
-  batch_advantages` (each turn's own value on its own tokens) instead of OpenRLHF's.
+  ``$GIGPO_OPENRLHF_SETTINGS``, OpenRLHF's length penalties shape the episode rewards as
+  usual, and the advantages come from :func:`training.openrlhf.estimator.batch_advantages`
+  (each turn's own value on its own tokens, clipped to ``--reward.clip_range``) instead of
+  OpenRLHF's; otherwise the turn records are removed and OpenRLHF's own method runs.
 
 The wrappers are installed when those modules are first imported, in any process where
 :func:`setup_worker` ran: Ray runs it in every worker process through
@@ -69,11 +71,21 @@ def attach_turns(experience: Any, response: dict[str, Any], max_len: int) -> Any
     return experience
 
 
-def apply_gigpo(experiences: list[Any], settings: GiGPOSettings) -> list[Any]:
-    """Writes GiGPO advantages and returns into OpenRLHF experiences (in place).
+def apply_gigpo(
+    experiences: list[Any],
+    settings: GiGPOSettings,
+    clip_range: tuple[float, float] | None = None,
+) -> list[Any]:
+    """Writes gigpo_algo's per-turn advantages and returns into OpenRLHF experiences (in place).
 
     Each experience must carry ``info["gigpo_turns"]`` (one record per row); it is removed,
-    since OpenRLHF's metric logging accepts only numbers there.
+    since OpenRLHF's metric logging accepts only numbers there. Where an experience has
+    ``rewards`` (B,), each row's episode reward is taken from there (OpenRLHF's length
+    penalties have already been applied to it): the difference from the sum of its turn
+    rewards goes to the last turn (:meth:`EpisodeTurns.with_episode_reward`). As OpenRLHF
+    does for its own estimators, ``info["group_reward_std"]`` gets the std (unbiased) of
+    the episode rewards of each row's group, and ``clip_range`` clips the value that becomes
+    every token's advantage (OpenRLHF clips its baselined reward, which is that value).
     """
     import torch
 
@@ -85,17 +97,45 @@ def apply_gigpo(experiences: list[Any], settings: GiGPOSettings) -> list[Any]:
                 f"experience {i} has no {INFO_KEY!r}: the gigpo estimator needs the gigpo "
                 "agent executor (--train.agent_func_path training/openrlhf/agent_func.py)"
             )
-        batch.append([EpisodeTurns.from_dict(r) for r in records])
+        episodes = [EpisodeTurns.from_dict(r) for r in records]
+        rewards = getattr(experience, "rewards", None)
+        if rewards is not None:
+            totals = [float(r) for r in rewards.reshape(-1).tolist()]
+            if len(totals) != len(episodes):
+                raise ValueError(
+                    f"experience {i} has {len(totals)} rewards but {len(episodes)} turn records"
+                )
+            episodes = [ep.with_episode_reward(t) for ep, t in zip(episodes, totals, strict=True)]
+        batch.append(episodes)
+    _log_group_reward_stds(experiences, batch)
     shapes = [tuple(e.action_mask.shape) for e in experiences]
     advantages, returns = batch_advantages(batch, shapes, settings)
     for experience, adv, ret in zip(experiences, advantages, returns, strict=True):
         mask = experience.action_mask
-        values = torch.as_tensor(adv, dtype=torch.float32, device=mask.device) * mask
+        values = torch.as_tensor(adv, dtype=torch.float32, device=mask.device)
+        if clip_range is not None:
+            values = values.clamp(min=float(clip_range[0]), max=float(clip_range[1]))
+        values = values * mask
         experience.advantages = values
         experience.returns = values.clone()
         experience.info["return"] = torch.as_tensor(ret, dtype=torch.float32)
         experience.kl = None
     return experiences
+
+
+def _log_group_reward_stds(experiences: list[Any], batch: list[list[EpisodeTurns]]) -> None:
+    """``info["group_reward_std"]`` per row, as OpenRLHF logs it: the unbiased std of the
+    episode rewards of the row's group (all samples of its prompt)."""
+    import torch
+
+    totals: dict[str, list[float]] = {}
+    for episodes in batch:
+        for ep in episodes:
+            totals.setdefault(ep.group, []).append(float(sum(ep.rewards)))
+    stds = {g: torch.tensor(v, dtype=torch.float32).std().item() for g, v in totals.items()}
+    for experience, episodes in zip(experiences, batch, strict=True):
+        if episodes and all(len(totals[ep.group]) > 1 for ep in episodes):
+            experience.info["group_reward_std"] = torch.tensor([stds[ep.group] for ep in episodes])
 
 
 def _wrap_process_response(original: Callable) -> Callable:
@@ -117,7 +157,18 @@ def _wrap_compute_advantages(original: Callable) -> Callable:
             for experience in experiences:
                 experience.info.pop(INFO_KEY, None)
             return original(self, experiences)
-        return apply_gigpo(experiences, settings)
+        # OpenRLHF's own episode-reward shaping first, as its estimators get it: rewards in
+        # at least float32, then its length penalties (its own function, unchanged).
+        import torch
+        from openrlhf.trainer.ppo_utils.length_penalty import apply_length_penalties
+
+        args = self.strategy.args
+        for experience in experiences:
+            experience.rewards = experience.rewards.to(
+                torch.promote_types(experience.rewards.dtype, torch.float32)
+            )
+        apply_length_penalties(experiences, args)
+        return apply_gigpo(experiences, settings, clip_range=args.reward.clip_range)
 
     return compute_advantages_and_returns
 

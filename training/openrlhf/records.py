@@ -10,6 +10,7 @@ the step records of docs/design.md, contract 2, one episode at a time.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -58,6 +59,16 @@ class EpisodeTurns:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def with_episode_reward(self, total: float) -> EpisodeTurns:
+        """The same episode with its turn rewards summing to ``total``: the difference (a
+        terminal shaping of the episode reward, such as OpenRLHF's length penalties) is added
+        to the last turn's reward. An episode without turns is returned as it is."""
+        if not self.rewards or total == sum(self.rewards):
+            return self
+        rewards = list(self.rewards)
+        rewards[-1] += float(total) - sum(self.rewards)
+        return dataclasses.replace(self, rewards=rewards)
 
     @classmethod
     def from_dict(cls, data: Any) -> EpisodeTurns:
