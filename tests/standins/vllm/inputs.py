@@ -1,0 +1,3 @@
+"""Stand-in for ``vllm.inputs``."""
+
+TokensPrompt = dict
