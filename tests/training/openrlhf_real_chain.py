@@ -7,7 +7,8 @@ Run by ``test_openrlhf_real.py`` with ``tests/standins`` first on ``sys.path`` (
 Real: OpenRLHF's argument parser and checks (``openrlhf.cli.train_ppo_ray``, stopped where
 it would start Ray), the project's patches installed on import, the executor playing real
 NumberLine episodes, ``SamplesGenerator._process_response_into_experience``,
-``RemoteExperienceMaker.split_rollout_samples`` and ``compute_advantages_and_returns``.
+``RemoteExperienceMaker.split_rollout_samples`` and ``compute_advantages_and_returns``, and
+the replay buffer's split, unpadding and collation into training micro-batches.
 Stand-ins: the vLLM engine (:class:`ScriptedEngine`: answers from a seeded script); the
 experience maker is OpenRLHF's class built without its constructor (which starts Ray actor
 groups for the models), holding the parsed args, the tokenizer and a zero KL controller, and
@@ -105,6 +106,11 @@ def main() -> None:
 
     install_patches()
     import torch
+    from openrlhf.trainer.ppo_utils.experience import (
+        make_experience_batch,
+        remove_padding_in_sequences,
+        split_experience_batch,
+    )
     from openrlhf.trainer.ppo_utils.experience_maker import RemoteExperienceMaker
     from openrlhf.trainer.ppo_utils.kl_controller import FixedKLController
     from openrlhf.trainer.ppo_utils.samples_generator import SamplesGenerator
@@ -151,6 +157,27 @@ def main() -> None:
                     "action_mask": experience.action_mask[i].tolist(),
                 }
             )
+    # On to the actor: OpenRLHF's replay buffer splits experiences into samples, drops their
+    # padding and collates training micro-batches (its own functions; its class needs CUDA).
+    order = [int(i) for experience in experiences for i in experience.index]
+    items = []
+    for experience in experiences:
+        items += remove_padding_in_sequences(split_experience_batch(experience))
+    train_rows = []
+    for start in range(0, len(items), 2):
+        batch = make_experience_batch(items[start : start + 2])
+        for k in range(len(batch.sequences)):
+            train_rows.append(
+                {
+                    "index": order[start + k],
+                    "advantages": batch.advantages[k].tolist(),
+                    "action_mask": batch.action_mask[k].tolist(),
+                }
+            )
+        # the PPO actor turns every info entry into a metric: tensors, or lists of numbers
+        for value in batch.info.values():
+            if isinstance(value, list):
+                torch.tensor(value, dtype=torch.float)
     info_kinds = sorted(
         {
             f"{key}:{type(value).__name__}"
@@ -164,6 +191,7 @@ def main() -> None:
                 "estimator": args.algo.advantage.estimator,
                 "records": [r["gigpo"] for r in responses],
                 "rows": rows,
+                "train_rows": train_rows,
                 "info": info_kinds,
                 "group_reward_std": [
                     experience.info["group_reward_std"].tolist()

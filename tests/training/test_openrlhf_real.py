@@ -117,18 +117,18 @@ def test_each_turns_tokens_carry_its_gigpo_advantage_through_openrlhfs_chain(tin
     assert len(set(groups)) == 2 and len(rewards) > 8  # multi-turn episodes
     expected = gigpo_advantages(rewards, trajs, groups, anchors).advantages
     assert np.abs(expected).max() > 0
-    offset = 0
-    for row in sorted(out["rows"], key=lambda r: r["index"]):
-        record = records[row["index"]]
-        advantages, mask = np.array(row["advantages"]), np.array(row["action_mask"])
-        covered = np.zeros_like(mask, dtype=bool)
-        for k, (start, end) in enumerate(record["action_ranges"]):
-            cols = list(_columns(start, end))
-            assert np.allclose(advantages[cols], expected[offset + k], atol=1e-5)
-            covered[cols] = True
-        offset += len(record["rewards"])
-        assert not advantages[~covered].any()  # environment and padding tokens get nothing
-    assert offset == len(expected)
+    for rows in (out["rows"], out["train_rows"]):  # after the maker, and as the actor gets them
+        assert sorted(r["index"] for r in rows) == list(range(8))
+        starts = np.cumsum([0] + [len(r["rewards"]) for r in records])
+        for row in rows:
+            record = records[row["index"]]
+            advantages, mask = np.array(row["advantages"]), np.array(row["action_mask"])
+            covered = np.zeros_like(mask, dtype=bool)
+            for k, (start, end) in enumerate(record["action_ranges"]):
+                cols = list(_columns(start, end))
+                assert np.allclose(advantages[cols], expected[starts[row["index"]] + k], atol=1e-5)
+                covered[cols] = True
+            assert not advantages[~covered].any()  # environment and padding tokens get nothing
     assert not any(k.startswith("gigpo_turns:") for k in out["info"])
     assert all(k.endswith(":Tensor") for k in out["info"]), out["info"]
     assert out["group_reward_std"]  # OpenRLHF's usual metric is logged under gigpo too
