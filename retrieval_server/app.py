@@ -7,9 +7,13 @@ Request bodies (JSON):
 
 The answer is ``{"result": [[doc, ...], ...]}``, one list per query (one list for the
 single-query form), each ``doc`` the stored ``{"id", "contents"}``; with
-``"return_scores": true`` each entry is ``{"document": doc, "score": s}`` instead. Bad
-requests get a 4xx answer with ``{"detail": "..."}``: 400 for a body that is not a JSON
-object, 413 for a body over the size limit, 422 for fields that break the limits.
+``"return_scores": true`` each entry is ``{"document": doc, "score": s}`` instead. As
+Search-R1's own server does, an empty ``queries`` list gets ``{"result": []}``, an empty or
+blank query gets an empty list (the other queries of its request are still searched), and
+``"topk": null`` means the default. What no client sends gets a 4xx answer with
+``{"detail": "..."}``: 400 for a body that is not a JSON object, 413 for a body over the
+size limit, 422 for wrong types or values over the limits. A failing backend gives a 500
+with ``{"detail": ...}`` (logged once per failed backend call), a server shutting down 503.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ except ImportError as error:  # pragma: no cover - exercised only without the ex
     ) from error
 
 from retrieval_server.backends import SearchBackend, load_backend
-from retrieval_server.batcher import QueryBatcher
+from retrieval_server.batcher import BatcherStopped, QueryBatcher
 
 INDEX_ENV = "GIGPO_RETRIEVAL_INDEX"
 LIMITS_ENV = "GIGPO_RETRIEVAL_LIMITS"
@@ -103,20 +107,18 @@ def parse_request(body: bytes, limits: Limits) -> tuple[list[str], int, bool]:
         queries = payload["queries"]
         if not isinstance(queries, list) or not all(isinstance(q, str) for q in queries):
             raise RequestError(422, "'queries' must be a list of strings")
-    if not queries:
-        raise RequestError(422, "'queries' is empty")
     if len(queries) > limits.max_queries:
         raise RequestError(422, f"{len(queries)} queries; at most {limits.max_queries} allowed")
     for position, query in enumerate(queries):
-        if not query.strip():
-            raise RequestError(422, f"query {position} is empty")
         if len(query) > limits.max_query_chars:
             raise RequestError(
                 422,
                 f"query {position} has {len(query)} characters; at most "
                 f"{limits.max_query_chars} allowed",
             )
-    topk = payload.get("topk", limits.default_topk)
+    topk = payload.get("topk")
+    if topk is None:  # absent or null (Search-R1's client default): the server's default
+        topk = limits.default_topk
     if isinstance(topk, bool) or not isinstance(topk, int) or not 1 <= topk <= limits.max_topk:
         raise RequestError(
             422, f"'topk' must be an integer in [1, {limits.max_topk}], got {topk!r}"
@@ -201,7 +203,21 @@ def create_app(backend: SearchBackend, limits: Limits | None = None) -> FastAPI:
             queries, topk, return_scores = parse_request(b"".join(chunks), limits)
         except RequestError as error:
             return JSONResponse({"detail": error.detail}, status_code=error.status)
-        hits = await batcher.search(queries, topk)
+        # Search-R1's server answers an empty list with no results, and any string (an empty
+        # <search> </search> included) with results or none: blank queries get [] here and
+        # never fail the batch they came in.
+        searched = [i for i, query in enumerate(queries) if query.strip()]
+        hits: list[list[Any]] = [[] for _ in queries]
+        if searched:
+            try:
+                found = await batcher.search([queries[i] for i in searched], topk)
+            except BatcherStopped as error:
+                return JSONResponse({"detail": str(error)}, status_code=503)
+            except Exception as error:  # logged once by the batcher; the client is told why
+                detail = f"search backend failed: {type(error).__name__}: {error}"
+                return JSONResponse({"detail": detail}, status_code=500)
+            for i, row in zip(searched, found, strict=True):
+                hits[i] = row
         if return_scores:
             result = [
                 [{"document": backend.document(h.doc_id), "score": h.score} for h in row]

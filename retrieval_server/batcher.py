@@ -11,10 +11,17 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from retrieval_server.backends import Hit, SearchBackend
+
+logger = logging.getLogger(__name__)
+
+
+class BatcherStopped(RuntimeError):
+    """The server is shutting down: the request was not searched (a client may retry)."""
 
 
 @dataclass
@@ -52,7 +59,7 @@ class QueryBatcher:
         self._task = asyncio.create_task(self._run())
 
     async def stop(self) -> None:
-        """Stops the loop; requests still waiting get a ``RuntimeError``."""
+        """Stops the loop; requests still waiting get :class:`BatcherStopped`."""
         if self._task is not None:
             self._task.cancel()
             try:
@@ -62,7 +69,7 @@ class QueryBatcher:
         while self._queue is not None and not self._queue.empty():
             pending = self._queue.get_nowait()
             if not pending.future.done():
-                pending.future.set_exception(RuntimeError("the server is shutting down"))
+                pending.future.set_exception(BatcherStopped("the server is shutting down"))
         self._executor.shutdown(wait=False, cancel_futures=True)
 
     async def search(self, queries: Sequence[str], k: int) -> list[list[Hit]]:
@@ -104,6 +111,14 @@ class QueryBatcher:
                 if len(hits) != len(flat):
                     raise RuntimeError(f"backend returned {len(hits)} results for {len(flat)}")
             except Exception as error:  # every waiting request must hear about it
+                logger.error(
+                    "search backend failed on %d queries from %d requests: %s: %s",
+                    len(flat),
+                    len(group),
+                    type(error).__name__,
+                    error,
+                    exc_info=error,
+                )
                 for pending in group:
                     if not pending.future.done():
                         pending.future.set_exception(error)

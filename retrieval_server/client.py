@@ -20,11 +20,22 @@ from collections.abc import Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
+#: Answers worth another attempt: overload and gateways. A 500 is the backend failing on
+#: this request, which would fail again: it is reported at once, with the server's detail.
 _RETRY_STATUSES = frozenset({429, 502, 503, 504})
 
 
 class RetrievalError(RuntimeError):
     """The server could not be reached, or kept failing, after all retries."""
+
+
+class RetrievalServerError(RetrievalError):
+    """The server failed on the request (a 500 answer); it is not retried."""
+
+    def __init__(self, status: int, detail: str) -> None:
+        super().__init__(f"retrieval server failed ({status}): {detail}")
+        self.status = status
+        self.detail = detail
 
 
 class RetrievalRequestError(ValueError):
@@ -42,8 +53,9 @@ class RetrievalClient:
     Args:
       url: the server's base URL, ``http://host:port``.
       timeout_s: socket timeout of one attempt, in seconds.
-      retries: how many times a failed attempt (connection error, timeout, 429 or 5xx) is
-        tried again; 4xx answers are not retried.
+      retries: how many times a failed attempt (connection error, timeout, 429, 502, 503 or
+        504) is tried again; 4xx and 500 answers are not retried (a 500 raises
+        :class:`RetrievalServerError` with the server's detail).
       backoff_s: the first wait between attempts, doubled each time (with jitter), in seconds.
       max_backoff_s: the longest wait between attempts, in seconds.
       batch_size: the most queries per request; longer lists are split and sent in order.
@@ -131,7 +143,7 @@ class RetrievalClient:
                 time.sleep(wait * (0.5 + random.random() / 2))
             try:
                 return self._attempt(method, path, body)
-            except RetrievalRequestError:
+            except (RetrievalRequestError, RetrievalServerError):
                 raise
             except (OSError, http.client.HTTPException, RetrievalError) as error:
                 self._drop_connection()
@@ -149,8 +161,14 @@ class RetrievalClient:
         connection.request(method, self._prefix + path, body=payload, headers=headers)
         response = connection.getresponse()
         data = response.read()
-        if response.status in _RETRY_STATUSES or response.status >= 500:
+        if response.status in _RETRY_STATUSES:
             raise RetrievalError(f"server answered {response.status}: {data[:200]!r}")
+        if response.status >= 500:
+            try:
+                detail = json.loads(data).get("detail", "")
+            except (json.JSONDecodeError, UnicodeDecodeError, AttributeError):
+                detail = data[:200].decode(errors="replace")
+            raise RetrievalServerError(response.status, str(detail))
         try:
             answer = json.loads(data)
         except (json.JSONDecodeError, UnicodeDecodeError) as error:

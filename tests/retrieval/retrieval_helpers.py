@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import http.client
+import json
 import subprocess
 import sys
 import threading
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from sample_data import sample_dir
 
@@ -98,3 +101,24 @@ class ServerProcess:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait(20)
+
+
+def post_raw(url: str, body: bytes, headers: dict | None = None) -> tuple[int, dict]:
+    """POSTs raw bytes to ``/retrieve``; returns ``(status, decoded JSON answer)``."""
+    parts = urlsplit(url)
+    connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=30)
+    try:
+        connection.request(
+            "POST",
+            "/retrieve",
+            body=body,
+            headers={"Content-Type": "application/json"} | (headers or {}),
+        )
+        response = connection.getresponse()
+        return response.status, json.loads(response.read())
+    finally:
+        connection.close()
+
+
+def post(url: str, payload) -> tuple[int, dict]:
+    return post_raw(url, json.dumps(payload).encode())
