@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from gigpo_envs.searchqa.answers import exact_match, normalize_answer, token_f1
 from gigpo_envs.searchqa.datasets import DatasetError, QAItem, load_questions
-from gigpo_envs.searchqa.env import SearchQAEnv
+from gigpo_envs.searchqa.env import SearchQAEnv, search_r1_passages
 from gigpo_envs.searchqa.parsing import SearchAnswerParser
 from gigpo_envs.searchqa.retriever import Passage, corpus_backend
 from gigpo_envs.searchqa.templates import SEARCHQA_TEMPLATE
@@ -24,5 +24,6 @@ __all__ = [
     "exact_match",
     "load_questions",
     "normalize_answer",
+    "search_r1_passages",
     "token_f1",
 ]

@@ -3,7 +3,10 @@
 Each episode is one question. Every turn the agent writes either ``<search>query</search>``
 (the next observation shows the top ``k`` passages inside ``<information>...</information>``)
 or ``<answer>text</answer>`` (the episode ends: reward 1 for an exact match with any gold
-answer after SQuAD normalisation, else 0; ``info["f1"]`` holds the token F1).
+answer after SQuAD normalisation, else 0; ``info["f1"]`` holds the token F1). By default
+the protocol is Search-R1's: the first complete tag of a response is its action, and
+passages are written as its ``_passages2string`` writes them (``protocol="strict"``: one
+tag per response, whitespace collapsed, passages cut to ``max_passage_chars``).
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from gymnasium import spaces
 from gigpo_envs.base import OBSERVATION_MAX_LENGTH, TextEnv
 from gigpo_envs.searchqa.answers import exact_match, token_f1
 from gigpo_envs.searchqa.datasets import QAItem, load_questions
-from gigpo_envs.searchqa.parsing import DEFAULT_SEARCH_PARSER, SearchAnswerParser
+from gigpo_envs.searchqa.parsing import SearchAnswerParser
 from gigpo_envs.searchqa.retriever import (
     BackendRetriever,
     Passage,
@@ -40,8 +43,22 @@ class UnicodeText(spaces.Text):
         return isinstance(x, str) and self.min_length <= len(x) <= self.max_length
 
 
+def search_r1_passages(passages: Sequence[Passage]) -> str:
+    """Passages exactly as Search-R1's ``_passages2string`` writes them (``generation.py``).
+
+    For each passage ``i`` (from 1): ``Doc i(Title: <first line>) <the other lines>`` and a
+    newline; the first line of a wiki-18 passage is its quoted title, kept with its quotes.
+    """
+    out = []
+    for number, passage in enumerate(passages, start=1):
+        title, _, text = passage.contents.partition("\n")
+        out.append(f"Doc {number}(Title: {title}) {text}\n")
+    return "".join(out)
+
+
 def format_passages(passages: Sequence[Passage], max_chars: int) -> str:
-    """Returns passages as ``Doc i (Title: t) text`` lines, each cut to ``max_chars``."""
+    """The ``strict`` protocol's rendering: ``Doc i (Title: t) text`` lines, whitespace
+    collapsed, each cut to ``max_chars``."""
     lines = []
     for number, passage in enumerate(passages, start=1):
         first, newline, rest = passage.contents.partition("\n")
@@ -79,7 +96,10 @@ class SearchQAEnv(TextEnv):
       max_steps: turns before the episode is truncated (each search, answer or invalid
         response is a turn), as in every gigpo env.
       max_turns: Search-R1's name for ``max_steps``, accepted as an alias (not both).
-      max_passage_chars: each passage's text is cut to this many characters.
+      protocol: ``"search-r1"`` (default) or ``"strict"``: how responses are read (see
+        :mod:`gigpo_envs.searchqa.parsing`) and how passages are written.
+      max_passage_chars: under ``strict``, each passage's text is cut to this many
+        characters (default 1000); under ``search-r1`` passages are not cut (None).
       max_observation_chars: the longest observation; passages are cut further to fit.
       client_options: ``RetrievalClient`` options (``timeout_s``, ``retries``, ...).
       invalid_action_penalty, action_parser, render_mode: as in :class:`TextEnv`.
@@ -101,16 +121,23 @@ class SearchQAEnv(TextEnv):
         topk: int = 3,
         max_steps: int | None = None,
         max_turns: int | None = None,
-        max_passage_chars: int = 1000,
+        protocol: str = "search-r1",
+        max_passage_chars: int | None = None,
         max_observation_chars: int = OBSERVATION_MAX_LENGTH,
         client_options: dict[str, Any] | None = None,
         invalid_action_penalty: float = 0.0,
         action_parser: SearchAnswerParser | None = None,
         render_mode: str | None = None,
     ) -> None:
-        parser = action_parser if action_parser is not None else DEFAULT_SEARCH_PARSER
-        if not isinstance(parser, SearchAnswerParser):
+        if action_parser is not None and not isinstance(action_parser, SearchAnswerParser):
             raise TypeError("action_parser must be a SearchAnswerParser")
+        parser = action_parser or SearchAnswerParser(protocol=protocol)
+        if parser.protocol != protocol:
+            raise ValueError(
+                f"protocol={protocol!r} but action_parser.protocol={parser.protocol!r}"
+            )
+        if max_passage_chars is None:
+            max_passage_chars = 1000 if protocol == "strict" else None
         if max_steps is not None and max_turns is not None:
             raise ValueError("give max_steps or its alias max_turns, not both")
         super().__init__(
@@ -123,7 +150,11 @@ class SearchQAEnv(TextEnv):
             raise ValueError("give exactly one of corpus=, retriever_url= or retriever=")
         if isinstance(topk, bool) or int(topk) != topk or not 1 <= topk <= 100:
             raise ValueError(f"topk must be an int in [1, 100], got {topk!r}")
-        if max_passage_chars < 16 or max_observation_chars < 256:
+        if protocol == "search-r1" and max_passage_chars is not None:
+            raise ValueError("max_passage_chars applies to protocol='strict' only")
+        if (max_passage_chars is not None and max_passage_chars < 16) or (
+            max_observation_chars < 256
+        ):
             raise ValueError("need max_passage_chars >= 16 and max_observation_chars >= 256")
         if isinstance(dataset, str | os.PathLike):
             self.questions = load_questions(dataset)
@@ -140,7 +171,8 @@ class SearchQAEnv(TextEnv):
         else:
             self.retriever = retriever
         self.topk = int(topk)
-        self.max_passage_chars = int(max_passage_chars)
+        self.protocol = protocol
+        self.max_passage_chars = None if max_passage_chars is None else int(max_passage_chars)
         self.max_observation_chars = int(max_observation_chars)
         self.observation_space = UnicodeText(self.max_observation_chars, min_length=1)
         self.action_space = UnicodeText(parser.max_response_chars, min_length=0)
@@ -193,11 +225,17 @@ class SearchQAEnv(TextEnv):
             return f"{question}\nYour answer: {answer}"
         if not self._retrieved:
             return question
+        if self.protocol == "search-r1":
+            # Search-R1 shows <information>{passages.strip()}</information>; a passage text
+            # that would overflow the observation is cut there (documented), tags kept.
+            body = search_r1_passages(self._passages).strip()
+            room = self.max_observation_chars - len(question) - len("\n<information></information>")
+            return f"{question}\n<information>{body[: max(room, 0)]}</information>"
         if not self._passages:
             return f"{question}\n<information>No results.</information>"
         room = self.max_observation_chars - len(question) - 40
         per_passage = room // len(self._passages) - 30
-        budget = max(min(self.max_passage_chars, per_passage), 1)
+        budget = max(min(self.max_passage_chars or per_passage, per_passage), 1)
         body = format_passages(self._passages, budget)
         return f"{question}\n<information>{body}</information>"[: self.max_observation_chars]
 

@@ -81,6 +81,8 @@ class BackendRetriever:
         self.backend = backend
 
     def search(self, query: str, k: int) -> list[Passage]:
+        if not query.strip():  # as the server answers a blank query: no documents
+            return []
         hits = self.backend.search([query], k)[0]
         return [
             Passage(h.doc_id, self.backend.document(h.doc_id)["contents"], h.score) for h in hits

@@ -16,11 +16,13 @@ import gigpo_envs  # noqa: F401  (registers the environments)
 from gigpo_envs import HistoryPrompt, make_group_vec
 from gigpo_envs.searchqa import (
     DatasetError,
+    Passage,
     QAItem,
     SearchAnswerParser,
     exact_match,
     load_questions,
     normalize_answer,
+    search_r1_passages,
     token_f1,
 )
 
@@ -58,6 +60,8 @@ def test_f1_is_one_exactly_on_exact_match(prediction, golds):
 
 
 # ------------------------------------------------------------------ parsing
+# Search-R1's reading (its generation.py, postprocess_predictions): the first complete
+# <search>...</search> or <answer>...</answer> wins, its text stripped; nothing else counts.
 @pytest.mark.parametrize(
     "response, expected",
     [
@@ -65,22 +69,39 @@ def test_f1_is_one_exactly_on_exact_match(prediction, golds):
             "<search>first nobel prize physics</search>",
             "<search>first nobel prize physics</search>",
         ),
-        ("<think>x</think>\n< Search >  two\n words </SEARCH>", "<search>two words</search>"),
+        ("<think>x</think>\n<search>  two\n words </search>", "<search>two\n words</search>"),
         ("<answer>Wilhelm Röntgen</answer>", "<answer>Wilhelm Röntgen</answer>"),
         ("<search>a</search> then <search>b</search>", "<search>a</search>"),
-        ("<search>a</search><answer>b</answer>", None),  # both: invalid
+        ("<search>a</search><answer>b</answer>", "<search>a</search>"),  # first tag wins
+        ("<answer>b</answer> or <search>a</search>", "<answer>b</answer>"),
+        ("<search>a <answer>b</answer></search>", "<search>a <answer>b</answer></search>"),
+        ("<search>   </search>", "<search></search>"),  # a search for nothing
+        ("< Search >a</SEARCH>", None),  # Search-R1's tags are exact
         ("no tags at all", None),
         ("<search>unclosed", None),
-        ("<search>   </search>", None),
-        ("<answer></answer>", None),
         ("<search>" + "q" * 600 + "</search>", None),
         ("x" * 9000, None),
         (None, None),
         (b"<answer>bytes</answer>", "<answer>bytes</answer>"),
     ],
 )
-def test_parser(response, expected):
+def test_parser_reads_as_search_r1_does(response, expected):
     assert SearchAnswerParser().extract(response) == expected
+
+
+@pytest.mark.parametrize(
+    "response, expected",
+    [
+        ("<think>x</think>\n< Search >  two\n words </SEARCH>", "<search>two words</search>"),
+        ("<search>a</search> then <search>b</search>", "<search>a</search>"),
+        ("<search>a</search><answer>b</answer>", None),  # both: invalid
+        ("<search>   </search>", None),
+        ("<answer></answer>", None),
+        ("no tags at all", None),
+    ],
+)
+def test_strict_parser(response, expected):
+    assert SearchAnswerParser(protocol="strict").extract(response) == expected
 
 
 def test_parser_require_think_and_split():
@@ -90,17 +111,22 @@ def test_parser_require_think_and_split():
     parser = SearchAnswerParser()
     assert parser.split("<answer>x y</answer>") == ("answer", "x y")
     assert parser.split("<search>q</search>") == ("search", "q")
+    assert parser.split("<search></search>") == ("search", "")
+    assert SearchAnswerParser(protocol="strict").split("<search></search>") is None
     assert parser.split("search q") is None
     assert parser.format_example("who") == "<search>who</search>"
     with pytest.raises(ValueError):
         SearchAnswerParser(answer_tag="search")
+    with pytest.raises(ValueError, match="protocol"):
+        SearchAnswerParser(protocol="react")
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.text(max_size=300))
-def test_parser_never_raises(text):
-    parsed = SearchAnswerParser().extract(text)
-    assert parsed is None or SearchAnswerParser().split(parsed) is not None
+@given(st.text(max_size=300), st.sampled_from(["search-r1", "strict"]))
+def test_parser_never_raises(text, protocol):
+    parser = SearchAnswerParser(protocol=protocol)
+    parsed = parser.extract(text)
+    assert parsed is None or parser.split(parsed) is not None
 
 
 # ------------------------------------------------------------------ datasets
@@ -196,7 +222,7 @@ def test_episode_search_then_answer():
     )
     assert (reward, terminated, truncated) == (0.0, False, False)
     assert observation.startswith("Question: who got")
-    assert "<information>Doc 1 (Title: Evan Morris) Evan Morris Evan L. Morris" in observation
+    assert '<information>Doc 1(Title: "Evan Morris") Evan Morris Evan L. Morris' in observation
     assert observation.endswith("</information>") and observation.count("\nDoc ") == 2
     assert info["doc_ids"][0] == "0" and len(info["doc_ids"]) == 3
     assert info["query"] == "Evan Morris lobbyist Genentech"
@@ -221,7 +247,7 @@ def test_invalid_turns_are_no_ops_and_count_towards_max_steps():
     with pytest.raises(ValueError, match="not both"):
         make(max_steps=3, max_turns=3)
     assert make(max_turns=5).unwrapped.max_steps == 5  # Search-R1's name is an alias
-    env = make(max_steps=3)
+    env = make(max_steps=3, protocol="strict")
     observation, info = env.reset(seed=2)
     anchor = info["anchor"]
     for response in ["<search>a</search><answer>b</answer>", "plain text"]:
@@ -286,11 +312,42 @@ def test_state_dict_round_trip():
 
 
 def test_observation_respects_the_length_limit():
-    env = make(topk=10, max_observation_chars=1500)
+    env = make(topk=10, max_observation_chars=1500, protocol="strict")
     env.reset(seed=0)
     observation, *_ = env.step("<search>city California United States history</search>")
     assert len(observation) <= 1500 and observation.count("Doc ") == 10
     assert observation in env.observation_space
+    env = make(topk=10, max_observation_chars=1500)  # Search-R1's rendering, cut at the end
+    env.reset(seed=0)
+    observation, *_ = env.step("<search>city California United States history</search>")
+    assert len(observation) == 1500 and observation.endswith("</information>")
+    assert observation in env.observation_space
+
+
+def test_passages_are_written_byte_for_byte_as_search_r1_writes_them():
+    # Search-R1's _passages2string: title = the first line of "contents" (quotes kept),
+    # text = the other lines joined by newlines, "Doc {i}(Title: {title}) {text}\n" each.
+    passages = [
+        Passage("4", '"Pavia Cathedral"\nThe cathedral  of Pavia.\nSecond line.', 3.0),
+        Passage("9", "a passage without a title line", 1.0),
+    ]
+    assert search_r1_passages(passages) == (
+        'Doc 1(Title: "Pavia Cathedral") The cathedral  of Pavia.\nSecond line.\n'
+        "Doc 2(Title: a passage without a title line) \n"
+    )
+    assert search_r1_passages([]) == ""
+
+
+def test_a_search_for_nothing_finds_nothing_and_first_tags_win_in_the_env():
+    env = make()
+    env.reset(seed=0)
+    observation, reward, terminated, _, info = env.step("<search> </search>")
+    assert info["is_action_valid"] and not terminated and info["doc_ids"] == []
+    assert observation.endswith("\n<information></information>")
+    _, reward, terminated, _, info = env.step(
+        "<answer>Wilhelm Conrad Röntgen</answer> and then <search>more</search>"
+    )
+    assert terminated and reward == 1.0 and info["answer"] == "Wilhelm Conrad Röntgen"
 
 
 def test_history_prompt_and_group_vector_env():
@@ -333,3 +390,13 @@ def test_bamboogle_csv_with_a_corpus_index_directory(tmp_path):
     assert observation == f"Question: {second['Question']}"
     _, reward, *_ = env.step(f"<answer>{second['Answer']}</answer>")
     assert reward == 1.0
+
+
+def test_protocol_arguments_are_checked():
+    with pytest.raises(ValueError, match="protocol"):
+        make(protocol="strict", action_parser=SearchAnswerParser())
+    with pytest.raises(ValueError, match="protocol must be one of"):
+        make(protocol="react")
+    with pytest.raises(ValueError, match="applies to protocol='strict' only"):
+        make(max_passage_chars=200)
+    assert make(protocol="strict").unwrapped.max_passage_chars == 1000
