@@ -185,7 +185,9 @@ class Bm25sBackend(SearchBackend):
         params = meta["options"]
         docs = read_docs(directory)
         try:
-            model = bm25s.BM25.load(str(directory / _MODEL_DIR), show_progress=False)
+            # Memory-mapped: the score matrix stays in the page cache, shared by every worker
+            # process that serves the same directory instead of copied into each.
+            model = bm25s.BM25.load(str(directory / _MODEL_DIR), show_progress=False, mmap=True)
         except (OSError, ValueError, KeyError, json.JSONDecodeError) as error:
             raise BackendError(f"cannot load the bm25s index in {directory}: {error}") from error
         if model.scores["num_docs"] != len(docs):

@@ -262,3 +262,14 @@ def test_top_k_matches_a_full_sort(values, k, positive_only):
     if positive_only:
         expected = [i for i in expected if values[i] > 0]
     assert top_k(scores, k, positive_only).tolist() == expected[:k]
+
+
+def test_a_loaded_bm25s_index_is_memory_mapped_and_answers_as_built(corpus_docs, tmp_path):
+    # Memory-mapped, the score matrix is shared through the page cache by every server
+    # worker that loads the same directory, instead of copied into each process.
+    built = get_backend("bm25s").build(corpus_docs)
+    built.save(tmp_path / "index")
+    loaded = load_backend(tmp_path / "index")
+    assert isinstance(loaded._model.scores["data"], np.memmap)
+    queries = [title_of(doc) for doc in corpus_docs[:50]] + ["zzzqqq", "Pavia Cathedral history"]
+    assert loaded.search(queries, 5) == built.search(queries, 5)
