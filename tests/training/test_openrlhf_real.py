@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
 import shutil
 import subprocess
 import sys
@@ -20,12 +19,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from openrlhf_launcher import command_line, dry_run
 
 import training
 from gigpo_algo.advantages import gigpo_advantages
 
 REPO = Path(__file__).resolve().parents[2]
-SCRIPT = REPO / "training" / "openrlhf_gigpo.sh"
 CHAIN = Path(__file__).resolve().parent / "openrlhf_real_chain.py"
 STANDINS = REPO / "tests" / "standins"
 PACKAGE_ROOT = Path(training.__file__).resolve().parent.parent
@@ -39,18 +38,10 @@ ENVS = ["gigpo/Sokoban-v0", "gigpo/EZPoints-v0", "gigpo/NumberLine-v0", "gigpo/B
 
 def _resolved(*flags: str) -> tuple[list[str], dict]:
     """The launcher's dry run: OpenRLHF's argv and the Ray runtime env's variables."""
-    env = dict(os.environ, PYTHON=sys.executable, RAY_DASHBOARD="http://127.0.0.1:1")
-    result = subprocess.run(
-        ["bash", str(SCRIPT), "--dry-run", *flags],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        env=env,
-        timeout=120,
-    )
+    result = dry_run(*flags)
     assert result.returncode == 0, result.stderr
+    command = command_line(result.stdout)
     lines = result.stdout.splitlines()
-    command = shlex.split(next(li for li in lines if "-m openrlhf.cli.train_ppo_ray" in li))
     runtime = json.loads(next(li for li in lines if li.startswith("# ray runtime_env: "))[19:])
     return command[command.index("openrlhf.cli.train_ppo_ray") + 1 :], runtime["env_vars"]
 

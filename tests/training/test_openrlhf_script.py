@@ -3,38 +3,16 @@
 from __future__ import annotations
 
 import json
-import os
-import shlex
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from openrlhf_launcher import command_line, dry_run
 
 from training.openrlhf.command import CARRIER_ESTIMATOR, UsageError, dataset_lines, plan
 from training.openrlhf.estimator import GiGPOSettings
 from training.openrlhf.executor import parse_task
 
-REPO = Path(__file__).resolve().parents[2]
-SCRIPT = REPO / "training" / "openrlhf_gigpo.sh"
 KL = ["--algo.kl.use_loss"]
-
-
-def _dry_run(*args):
-    env = dict(os.environ, PYTHON=sys.executable, RAY_DASHBOARD="http://127.0.0.1:1")
-    return subprocess.run(
-        ["bash", str(SCRIPT), "--dry-run", *args],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        env=env,
-        timeout=120,
-    )
-
-
-def _command_line(stdout):
-    line = next(li for li in stdout.splitlines() if "-m openrlhf.cli.train_ppo_ray" in li)
-    return shlex.split(line)
 
 
 def _value(argv, flag):
@@ -42,7 +20,7 @@ def _value(argv, flag):
 
 
 def test_dry_run_prints_the_resolved_openrlhf_command():
-    result = _dry_run(
+    result = dry_run(
         "--env",
         "gigpo/NumberLine-v0",
         "--algo.gigpo.step_weight",
@@ -57,7 +35,7 @@ def test_dry_run_prints_the_resolved_openrlhf_command():
     )
     assert result.returncode == 0, result.stderr
     assert "ray job submit --address http://127.0.0.1:1 --" in result.stdout
-    argv = _command_line(result.stdout)
+    argv = command_line(result.stdout)
     assert _value(argv, "--actor.model_name_or_path") == "/models/qwen"
     assert argv.count("--actor.model_name_or_path") == 1  # the user's flag replaced the default
     assert _value(argv, "--rollout.n_samples_per_prompt") == "4"
@@ -75,13 +53,13 @@ def test_dry_run_prints_the_resolved_openrlhf_command():
 
 
 def test_dry_run_reports_bad_flags_clearly():
-    result = _dry_run("--algo.gigpo.norm", "median")
+    result = dry_run("--algo.gigpo.norm", "median")
     assert result.returncode == 2
     assert "--algo.gigpo.norm must be one of" in result.stderr
-    result = _dry_run("--algo.gigpo.mode", "median")
+    result = dry_run("--algo.gigpo.mode", "median")
     assert result.returncode == 2
     assert "--algo.gigpo.mode must be one of ['mean_norm', 'mean_std_norm']" in result.stderr
-    result = _dry_run("--group_size", "1")
+    result = dry_run("--group_size", "1")
     assert result.returncode == 2 and "group_size must be >= 2" in result.stderr
 
 

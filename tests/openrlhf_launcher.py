@@ -1,0 +1,32 @@
+"""The OpenRLHF launcher's dry run, for the tests that read what it resolves."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPT = REPO / "training" / "openrlhf_gigpo.sh"
+OPENRLHF_ENTRY = "openrlhf.cli.train_ppo_ray"
+
+
+def dry_run(*args: str) -> subprocess.CompletedProcess:
+    """``bash training/openrlhf_gigpo.sh --dry-run ARGS`` (no Ray contacted)."""
+    env = dict(os.environ, PYTHON=sys.executable, RAY_DASHBOARD="http://127.0.0.1:1")
+    return subprocess.run(
+        ["bash", str(SCRIPT), "--dry-run", *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=env,
+        timeout=120,
+    )
+
+
+def command_line(stdout: str) -> list[str]:
+    """The resolved OpenRLHF command line the dry run printed, split into words."""
+    line = next(li for li in stdout.splitlines() if f"-m {OPENRLHF_ENTRY}" in li)
+    return shlex.split(line)
