@@ -30,3 +30,10 @@ def command_line(stdout: str) -> list[str]:
     """The resolved OpenRLHF command line the dry run printed, split into words."""
     line = next(li for li in stdout.splitlines() if f"-m {OPENRLHF_ENTRY}" in li)
     return shlex.split(line)
+
+
+def submitted_args(stdout: str) -> list[str]:
+    """The arguments the dry run would submit to ``python -m training.openrlhf.train``."""
+    line = stdout.splitlines()[stdout.splitlines().index("# submit:") + 1]
+    words = shlex.split(line)
+    return words[words.index("training.openrlhf.train") + 1 :]

@@ -124,6 +124,7 @@ def test_an_episode_records_each_turn_span_reward_and_anchor(model_and_tokenizer
     assert len({r["gigpo"]["traj"] for r in results}) == 3
 
 
+@pytest.mark.openrlhf
 def test_agent_func_file_loads_as_openrlhf_loads_it():
     from openrlhf.utils.agent import AgentExecutorBase
 

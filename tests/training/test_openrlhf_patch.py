@@ -11,10 +11,12 @@ import numpy as np
 import pytest
 import torch
 
-from gigpo_algo.advantages import gigpo_advantages
 from training.openrlhf import patch
 from training.openrlhf.estimator import SETTINGS_ENV, GiGPOSettings
 from training.openrlhf.records import INFO_KEY, EpisodeTurns
+
+# OpenRLHF's own Experience, length penalties and version: run where it is installed.
+pytestmark = pytest.mark.openrlhf
 
 
 def test_the_installed_openrlhf_is_the_pinned_one():
@@ -115,18 +117,22 @@ def _on_tokens(turn_values):
     return grid
 
 
-def _gigpo(turn_rewards):
-    return gigpo_advantages(
-        turn_rewards, ["a", "a", "b", "b"], ["t"] * 4, ["s0", "s1", "s0", "s9"]
-    ).advantages
+# GiGPO by hand for _two_samples (defaults: gamma 0.95, step weight 1, mean/std norm, std
+# unbiased). Whenever a's episode return beats b's (and a's first-turn discounted return
+# beats b's), the episode advantages of a group of two are +-1/sqrt(2), and so are the step
+# advantages at s0, the one state both visited; s1 and s9 are seen once, step advantage 0.
+# Per turn (a0, a1, b0, b1): A_E + A_S.
+ROOT_HALF = 2**-0.5
+BY_HAND = [2 * ROOT_HALF, ROOT_HALF, -2 * ROOT_HALF, -ROOT_HALF]
 
 
 def test_attach_then_apply_writes_each_turns_gigpo_advantage_on_its_tokens():
     experience, mask = _two_samples()
     patch.apply_gigpo([experience], GiGPOSettings())
 
-    expected = _on_tokens(_gigpo([0.0, 1.0, 0.0, 0.0]))
-    assert torch.allclose(experience.advantages, expected, atol=1e-6)
+    # returns: a 1, b 0; at s0 a's discounted return is 0.95, b's 0
+    expected = _on_tokens(BY_HAND)
+    assert torch.allclose(experience.advantages, expected, atol=1e-4)
     assert torch.equal(experience.returns, experience.advantages)
     assert experience.info["return"].tolist() == [1.0, 0.0]
     assert INFO_KEY not in experience.info and experience.kl is None
@@ -152,7 +158,8 @@ def test_gigpo_gets_openrlhfs_length_penalties_reward_clip_and_group_std(monkeyp
 
     # episode rewards: a 1 - 1 = 0; b (0 - 0.5) * 0.5 = -0.25, on each episode's last turn
     assert experience.rewards.tolist() == [0.0, -0.25]
-    expected = _on_tokens(np.clip(_gigpo([0.0, 0.0, 0.0, -0.25]), -0.5, 0.5))
+    # returns: a 0, b -0.25; at s0, a 0 and b 0.95 * -0.25: BY_HAND, then clipped
+    expected = _on_tokens(np.clip(BY_HAND, -0.5, 0.5))
     assert torch.allclose(experience.advantages, expected, atol=1e-6)
     assert experience.advantages.max() == 0.5  # the clip bound was reached
     assert experience.info["return"].tolist() == [0.0, -0.25]

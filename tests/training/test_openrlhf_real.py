@@ -1,10 +1,12 @@
-"""The OpenRLHF glue against OpenRLHF 0.11.2's real code on CPU.
+"""The OpenRLHF glue against OpenRLHF 0.11.2's real code on CPU (``tox -e openrlhf``).
 
-Real here: OpenRLHF's argument parser and checks, its sample builder, rollout splitting and
-advantage method (patched by the project's hook on import), Ray 2.55 with the worker setup
-hook. Stand-ins (``tests/standins``, named so): ``vllm`` and ``flash_attn`` (import-only), a
-scripted vLLM ``generate``, and the experience maker's ``self`` (its Ray model groups are
-not started). See ``openrlhf_real_chain.py`` for the chain itself.
+Real here: OpenRLHF's argument parser and checks; its vLLM rollout actor in a Ray 2.55
+worker, running the project's executor on real episodes; its samples generator, experience
+maker (patched), PPO actor and reference model under DeepSpeed 0.19.6 (CPU accelerator,
+gloo), with transformers at the version it pins; Ray's worker setup hook. Stand-ins, named
+so (``tests/standins`` and ``openrlhf_real_run.py``): vLLM's engine (answers from a script),
+flash-attn (import-only), the GPU (a few ``torch.cuda`` calls and the device mesh on the
+CPU), and Ray's GPU actor groups (one real model actor in the driver process).
 """
 
 from __future__ import annotations
@@ -17,15 +19,20 @@ import sys
 import tempfile
 from pathlib import Path
 
+import gymnasium as gym
 import numpy as np
 import pytest
-from openrlhf_launcher import command_line, dry_run
+from openrlhf_launcher import command_line, dry_run, submitted_args
 
+import gigpo_envs  # noqa: F401  (registers the environments)
 import training
-from gigpo_algo.advantages import gigpo_advantages
+from gigpo_algo.estimators import estimator_advantages
+
+pytestmark = pytest.mark.openrlhf
 
 REPO = Path(__file__).resolve().parents[2]
-CHAIN = Path(__file__).resolve().parent / "openrlhf_real_chain.py"
+PARSE = Path(__file__).resolve().parent / "openrlhf_real_parse.py"
+RUN = Path(__file__).resolve().parent / "openrlhf_real_run.py"
 STANDINS = REPO / "tests" / "standins"
 PACKAGE_ROOT = Path(training.__file__).resolve().parent.parent
 ENV = {
@@ -33,7 +40,11 @@ ENV = {
     "PYTHONPATH": f"{STANDINS}{os.pathsep}{PACKAGE_ROOT}",
     "RAY_USAGE_STATS_ENABLED": "0",
 }
-ENVS = ["gigpo/Sokoban-v0", "gigpo/EZPoints-v0", "gigpo/NumberLine-v0", "gigpo/Blackjack-v0"]
+ENVS = sorted(name for name in gym.registry if name.startswith("gigpo/"))
+#: OpenRLHF 0.11.2's estimator choices but rloo (the launcher's rloo is gigpo_algo's).
+OPENRLHF_ESTIMATORS = [
+    "group_norm", "reinforce_baseline", "dr_grpo", "reinforce", "flash_reinforce", "gae"
+]  # fmt: skip
 
 
 def _resolved(*flags: str) -> tuple[list[str], dict]:
@@ -46,9 +57,9 @@ def _resolved(*flags: str) -> tuple[list[str], dict]:
     return command[command.index("openrlhf.cli.train_ppo_ray") + 1 :], runtime["env_vars"]
 
 
-def _chain(job: dict) -> dict | list:
+def _parse(job: dict) -> list:
     result = subprocess.run(
-        [sys.executable, str(CHAIN)],
+        [sys.executable, str(PARSE)],
         input=json.dumps(job),
         capture_output=True,
         text=True,
@@ -61,13 +72,15 @@ def _chain(job: dict) -> dict | list:
 
 @pytest.mark.slow
 def test_every_launcher_command_passes_openrlhfs_own_parser_and_checks():
+    # every registered environment with gigpo_algo's estimators; OpenRLHF's own on one
     cases = [(env, est) for env in ENVS for est in ("gigpo", "grpo", "rloo")]
-    cases += [("gigpo/Sokoban-v0", "reinforce_baseline"), ("gigpo/Sokoban-v0", "group_norm")]
-    argvs = [
-        _resolved("--env", env, "--algo.advantage.estimator", est, "--group_size", "4")[0]
-        for env, est in cases
-    ]
-    parsed = _chain({"parse_only": argvs})
+    cases += [("gigpo/Sokoban-v0", est) for est in OPENRLHF_ESTIMATORS]
+    argvs = []
+    for env, est in cases:
+        critic = ["--critic.model_name_or_path", "Qwen/Qwen2.5-1.5B"] if est == "gae" else []
+        flags = ("--env", env, "--algo.advantage.estimator", est, "--group_size", "4", *critic)
+        argvs.append(_resolved(*flags)[0])
+    parsed = _parse({"parse_only": argvs})
     for (env, est), got in zip(cases, parsed, strict=True):
         assert "error" not in got, (env, est, got)
         # gigpo_algo's estimators ride on group_norm (its argument checks); others are OpenRLHF's
@@ -79,7 +92,7 @@ def test_every_launcher_command_passes_openrlhfs_own_parser_and_checks():
         assert got["prompt_dataset"].endswith("tasks.jsonl") and got["kl_use_loss"]
     # and what OpenRLHF refuses is refused by its own checks, not hidden by ours
     bad = _resolved("--env", "gigpo/NumberLine-v0", "--rollout.micro_batch_size", "1024")[0]
-    (refused,) = _chain({"parse_only": [bad]})
+    (refused,) = _parse({"parse_only": [bad]})
     assert "AssertionError" in refused["error"]
 
 
@@ -88,58 +101,148 @@ def _columns(start: int, end: int) -> range:
     return range(start - 1, end - 1)
 
 
-@pytest.mark.slow
-def test_each_turns_tokens_carry_its_gigpo_advantage_through_openrlhfs_chain(tiny_model_dir):
-    # 2 tasks x 4 rollouts in micro-batches of 3: a group's samples sit in different
-    # experiences, as OpenRLHF splits them.
-    argv, env_vars = _resolved(
-        "--env", "gigpo/NumberLine-v0", "--group_size", "4", "--rollout.micro_batch_size", "3"
-    )
-    settings = env_vars["GIGPO_OPENRLHF_SETTINGS"]
-    out = _chain({"tokenizer": str(tiny_model_dir), "argv": argv, "settings": settings})
-    records = out["records"]
-    assert len(records) == 8 and len(out["rows"]) == 8
+#: What the vLLM stand-in answers: NumberLine's two moves and an invalid text.
+SCRIPT = ["<action>+</action>", "<action>-</action>", "hmm"]
+
+
+def _train_one_step(model_dir: Path, estimator: str, *flags: str) -> dict:
+    """The launcher's run (2 NumberLine tasks x 4 rollouts, micro-batches of 3 so a group is
+    split across experiences) through one OpenRLHF training step; see openrlhf_real_run.py."""
+    # Ray's socket paths must stay under 107 bytes: a short temporary folder, not tmp_path.
+    work = Path(tempfile.mkdtemp(prefix="orl", dir="/tmp"))
+    try:
+        result = dry_run(
+            "--env", "gigpo/NumberLine-v0",
+            "--env.kwargs", '{"max_position": 3, "max_steps": 3}',
+            "--env.num_tasks", "2", "--group_size", "4",
+            "--algo.advantage.estimator", estimator,
+            "--actor.model_name_or_path", str(model_dir),
+            "--actor.num_gpus_per_node", "1", "--ref.num_gpus_per_node", "1",
+            "--vllm.num_engines", "1",
+            "--ds.attn_implementation", "sdpa",  # flash-attn is GPU only
+            "--rollout.batch_size", "2", "--rollout.micro_batch_size", "3",
+            "--train.batch_size", "8", "--train.micro_batch_size", "2",
+            "--data.max_len", "1024", "--rollout.max_new_tokens", "16",
+            "--env.max_new_tokens", "16",
+            "--actor.adam.lr", "1e-3", "--actor.lr_warmup_ratio", "0",
+            "--gigpo.dataset_dir", str(work),
+            "--ckpt.path", str(work / "ckpt"), "--ckpt.output_dir", str(work / "final"),
+            *flags,
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        job = {"args": submitted_args(result.stdout), "script": SCRIPT, "ray_tmp": str(work / "r")}
+        run = subprocess.run(
+            [sys.executable, str(RUN)],
+            input=json.dumps(job),
+            capture_output=True,
+            text=True,
+            env=ENV,
+            timeout=900,
+            cwd=work,
+        )
+        assert run.returncode == 0, run.stderr[-6000:]
+        return json.loads(run.stdout.strip().splitlines()[-1])
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _episodes(out: dict) -> tuple[list, list, list, list]:
     rewards, trajs, groups, anchors = [], [], [], []
-    for r in records:
+    for r in out["records"]:
         rewards += r["rewards"]
         trajs += [r["traj"]] * len(r["rewards"])
         groups += [r["group"]] * len(r["rewards"])
         anchors += r["anchors"]
-    assert len(set(groups)) == 2 and len(rewards) > 8  # multi-turn episodes
-    expected = gigpo_advantages(rewards, trajs, groups, anchors).advantages
-    assert np.abs(expected).max() > 0
-    for rows in (out["rows"], out["train_rows"]):  # after the maker, and as the actor gets them
-        assert sorted(r["index"] for r in rows) == list(range(8))
-        starts = np.cumsum([0] + [len(r["rewards"]) for r in records])
-        for row in rows:
-            record = records[row["index"]]
-            advantages, mask = np.array(row["advantages"]), np.array(row["action_mask"])
-            covered = np.zeros_like(mask, dtype=bool)
-            for k, (start, end) in enumerate(record["action_ranges"]):
-                cols = list(_columns(start, end))
-                assert np.allclose(advantages[cols], expected[starts[row["index"]] + k], atol=1e-5)
-                covered[cols] = True
-            assert not advantages[~covered].any()  # environment and padding tokens get nothing
-    assert not any(k.startswith("gigpo_turns:") for k in out["info"])
-    assert all(k.endswith(":Tensor") for k in out["info"]), out["info"]
-    assert out["group_reward_std"]  # OpenRLHF's usual metric is logged under gigpo too
+    return rewards, trajs, groups, anchors
+
+
+def _sample_of(out: dict) -> list[int]:
+    """For each row the PPO actor trained on, the rollout sample it is (by label and tokens:
+    within a group, equal tokens mean equal turns, so equal advantages)."""
+    index: dict[tuple, list[int]] = {}
+    for i, (label, tokens) in enumerate(out["keys"]):
+        index.setdefault((label, tuple(tokens)), []).append(i)
+    return [index[(row["label"], tuple(row["tokens"]))].pop() for row in out["train_rows"]]
+
+
+def _check_shared_metrics(out: dict) -> None:
+    """OpenRLHF's usual metrics and ours, as its PPO actor reduced them."""
+    status, records = out["status"], out["records"]
+    assert np.isfinite(status["policy_loss"]) and status["actor_grad_norm"] > 0
+    assert out["policy_moved"] > 0  # the optimizer step changed the policy
+    turns = np.mean([len(r["rewards"]) for r in records])
+    assert status["gigpo_episode_turns"] == pytest.approx(turns)  # the turn count survives
+    assert status["gigpo_won"] == pytest.approx(np.mean([r["won"] for r in records]))
+    totals: dict[str, list[float]] = {}
+    for r in records:
+        totals.setdefault(r["group"], []).append(sum(r["rewards"]))
+    stds = [np.std(v, ddof=1) for v in totals.values()]
+    assert status["group_reward_std"] == pytest.approx(np.mean(stds), abs=1e-5)
+    assert not any(k.startswith("gigpo_turns") for k in status)
 
 
 @pytest.mark.slow
-# OpenRLHF's GRPO (group_norm), REINFORCE++ (reinforce_baseline), Dr. GRPO, REINFORCE
-@pytest.mark.parametrize("estimator", ["group_norm", "reinforce_baseline", "dr_grpo", "reinforce"])
-def test_openrlhfs_own_estimators_run_with_the_executor(tiny_model_dir, estimator):
-    argv, env_vars = _resolved(
-        "--env", "gigpo/NumberLine-v0", "--group_size", "4", "--algo.advantage.estimator", estimator
-    )
-    assert "GIGPO_OPENRLHF_SETTINGS" not in env_vars
-    out = _chain({"tokenizer": str(tiny_model_dir), "argv": argv, "settings": None})
+@pytest.mark.parametrize("estimator", ["gigpo", "grpo", "rloo"])
+def test_gigpo_algo_estimators_through_openrlhfs_training_step(tiny_model_dir, estimator):
+    # gigpo with OpenRLHF's reward clip: it applies to the value every token gets
+    clip = ["--reward.clip_range", "-1", "1"] if estimator == "gigpo" else []
+    out = _train_one_step(tiny_model_dir, estimator, *clip)
+    assert out["estimator"] == "group_norm"  # ours ride on its group estimator's checks
+    records = out["records"]
+    assert len(records) == 8 and len(out["train_rows"]) == 8
+    rewards, trajs, groups, anchors = _episodes(out)
+    assert len(set(groups)) == 2 and len(rewards) > 8  # multi-turn episodes
+    expected = estimator_advantages(estimator, rewards, trajs, groups, anchors).advantages
+    if clip:
+        assert np.abs(expected).max() > 1  # the clip changes something here
+        expected = np.clip(expected, -1, 1)
+    assert np.abs(expected).max() > 0
+    starts = np.cumsum([0] + [len(r["rewards"]) for r in records])
+    samples = _sample_of(out)  # each sample trained on once
+    assert sorted(samples) == list(range(8))
+    for row, i in zip(out["train_rows"], samples, strict=True):
+        advantages, mask = np.array(row["advantages"]), np.array(row["action_mask"])
+        covered = np.zeros_like(mask, dtype=bool)
+        for k, (start, end) in enumerate(records[i]["action_ranges"]):
+            cols = list(_columns(start, end))
+            assert mask[cols].all()
+            assert np.allclose(advantages[cols], expected[starts[i] + k], atol=1e-5)
+            covered[cols] = True
+        assert not advantages[~covered].any()  # environment and padding tokens get nothing
+    _check_shared_metrics(out)
+
+
+@pytest.mark.slow
+# OpenRLHF's GRPO (group_norm), REINFORCE++ (reinforce_baseline), Dr. GRPO, REINFORCE,
+# FlashREINFORCE, and PPO with a value model (gae): all its choices but rloo, which the
+# launcher gives to gigpo_algo's
+@pytest.mark.parametrize("estimator", OPENRLHF_ESTIMATORS)
+def test_openrlhfs_own_estimators_train_with_the_executor(tiny_model_dir, estimator):
+    critic = []
+    if estimator == "gae":
+        critic = ["--critic.model_name_or_path", str(tiny_model_dir)]
+        critic += ["--critic.num_gpus_per_node", "1", "--critic.lr_warmup_ratio", "0"]
+    out = _train_one_step(tiny_model_dir, estimator, *critic)
     assert out["estimator"] == estimator
-    # the turn records left before OpenRLHF's own method; every info entry is a metric
-    assert not any(k.startswith("gigpo_turns:") for k in out["info"])
-    for row in out["rows"]:
-        values = np.array(row["advantages"])[np.array(row["action_mask"]) > 0]
-        assert np.allclose(values, values[0])  # OpenRLHF's own: one value per episode
+    assert len(out["train_rows"]) == 8
+    values = {}
+    for row, i in zip(out["train_rows"], _sample_of(out), strict=True):
+        row_values = np.array(row["advantages"])[np.array(row["action_mask"]) > 0]
+        assert np.isfinite(row_values).all()
+        if estimator != "gae":  # one value per episode; gae's vary along it
+            assert np.allclose(row_values, row_values[0], atol=1e-5)
+        values[i] = row_values[0]
+    assert any(values.values())  # (an episode at its baseline gets 0; not all of them)
+    if estimator == "group_norm":  # its formula, on the executor's episode rewards
+        totals = [sum(r["rewards"]) for r in out["records"]]
+        for i, value in values.items():
+            group = [t for t, r in zip(totals, out["records"], strict=True)
+                     if r["group"] == out["records"][i]["group"]]  # fmt: skip
+            want = (totals[i] - np.mean(group)) / (np.std(group, ddof=1) + 1e-9)
+            assert value == pytest.approx(want, abs=1e-4)
+    if estimator == "gae":
+        assert np.isfinite(out["status"]["critic_loss"])  # the value model trained too
+    _check_shared_metrics(out)
 
 
 @pytest.mark.slow

@@ -14,7 +14,7 @@ import runpy
 import shlex
 import sys
 
-from training.openrlhf.command import OPENRLHF_MODULE, UsageError, dataset_lines, plan
+from training.openrlhf.command import OPENRLHF_MODULE, Plan, UsageError, dataset_lines, plan
 
 
 def describe(run_plan, python: str = "python") -> str:
@@ -30,19 +30,10 @@ def describe(run_plan, python: str = "python") -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    dry_run = "--dry-run" in argv
-    argv = [a for a in argv if a != "--dry-run"]
-    try:
-        run_plan = plan(argv)
-    except UsageError as exc:
-        print(f"training.openrlhf.train: {exc}", file=sys.stderr)
-        return 2
-    if dry_run:
-        print(describe(run_plan, sys.executable))
-        return 0
-
+def prepare(run_plan: Plan) -> None:
+    """Everything this process does before OpenRLHF's entry point: checks the OpenRLHF
+    version, writes the task dataset, exports the run's variables, patches this process and
+    starts or joins Ray with the run's runtime env (unless Ray is already up)."""
     from training.openrlhf.patch import check_openrlhf_version, install_patches
 
     check_openrlhf_version()
@@ -56,6 +47,22 @@ def main(argv: list[str] | None = None) -> int:
     if not ray.is_initialized():
         address = os.environ.get("RAY_ADDRESS")
         ray.init(address=address or None, runtime_env=run_plan.runtime_env)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    dry_run = "--dry-run" in argv
+    argv = [a for a in argv if a != "--dry-run"]
+    try:
+        run_plan = plan(argv)
+    except UsageError as exc:
+        print(f"training.openrlhf.train: {exc}", file=sys.stderr)
+        return 2
+    if dry_run:
+        print(describe(run_plan, sys.executable))
+        return 0
+
+    prepare(run_plan)
     print(describe(run_plan, sys.executable), flush=True)
     sys.argv = [OPENRLHF_MODULE, *run_plan.openrlhf_args]
     runpy.run_module(OPENRLHF_MODULE, run_name="__main__", alter_sys=True)
