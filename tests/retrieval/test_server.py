@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import http.client
 import json
 import socket
@@ -288,3 +289,35 @@ def test_two_workers_serve_the_same_answers(bm25s_index, local, corpus_docs):
     finally:
         server.stop()
     assert server.process.returncode is not None
+
+
+def _nodelay_of_a_served_connection(sock: socket.socket) -> int:
+    """TCP_NODELAY of the server side of one connection accepted on ``sock`` by asyncio."""
+    seen = []
+
+    async def main() -> None:
+        async def handle(reader, writer):
+            tcp = writer.get_extra_info("socket")
+            seen.append(tcp.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+            writer.close()
+
+        server = await asyncio.start_server(handle, sock=sock)
+        reader, writer = await asyncio.open_connection(*sock.getsockname()[:2])
+        await reader.read()  # until the handler closes
+        writer.close()
+        server.close()
+        await server.wait_closed()
+
+    asyncio.run(main())
+    return seen[0]
+
+
+def test_the_server_socket_answers_without_waiting_for_delayed_acks():
+    # asyncio turns Nagle off only on sockets made as TCP; the server's must be one, or each
+    # answer waits ~40 ms for the client's delayed ACK
+    from retrieval_server.__main__ import listening_socket
+
+    assert _nodelay_of_a_served_connection(listening_socket("127.0.0.1", 0)) != 0
+    plain = socket.socket(socket.AF_INET, socket.SOCK_STREAM)  # proto 0, as it was made before
+    plain.bind(("127.0.0.1", 0))
+    assert _nodelay_of_a_served_connection(plain) == 0
