@@ -8,6 +8,7 @@ backends rank alike. Only documents that share a term with the query are returne
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -82,6 +83,14 @@ class Analyzer:
         """Returns the options that recreate this analyzer."""
         return {"stemmer": self.stemmer_name, "stopwords": self.stopwords_name}
 
+    def term_id(self, token: str, vocab: dict[str, int]) -> int:
+        """The vocabulary id of a lower-case word token's term (added if new); -1 for a stop
+        word. The same term as :meth:`__call__` gives for that token."""
+        if token in self._stopwords:
+            return -1
+        term = self._stem(token) if self._stem is not None else token
+        return vocab.setdefault(term, len(vocab))
+
     def __call__(self, text: str) -> list[str]:
         """Returns the terms of ``text`` in order (repeats kept)."""
         terms = []
@@ -96,6 +105,97 @@ class Analyzer:
                     cache[token] = term
             terms.append(term)
         return terms
+
+
+def corpus_term_ids(
+    analyzer: Analyzer,
+    texts: Sequence[str],
+    vocab: dict[str, int],
+    show_progress: bool = False,
+    chunk: int = 20_000,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Every text's terms as vocabulary ids, in order (what ``analyzer`` gives, word by word).
+
+    New terms are added to ``vocab`` in order of first appearance. Each distinct word is
+    stemmed once; the mapping of words to ids runs in C (``map`` over a dict).
+
+    Returns:
+      ``(ids, lengths)``: int32 array of shape ``[total terms]``, the texts' terms one after
+      another, and int64 array ``[len(texts)]``, each text's number of terms.
+    """
+    table: dict[str, int] = {}  # lower-case word -> term id, -1 for a stop word
+    id_parts, length_parts = [], []
+    starts = range(0, len(texts), chunk)
+    if show_progress:
+        from tqdm.auto import tqdm
+
+        starts = tqdm(starts, desc="tokenize", unit="chunk")
+    for start in starts:
+        words = [_TOKEN.findall(text.lower()) for text in texts[start : start + chunk]]
+        flat = list(itertools.chain.from_iterable(words))
+        for word in dict.fromkeys(flat):
+            if word not in table:
+                table[word] = analyzer.term_id(word, vocab)
+        ids = np.fromiter(map(table.__getitem__, flat), dtype=np.int64, count=len(flat))
+        counts = np.fromiter(map(len, words), dtype=np.int64, count=len(words))
+        keep = ids >= 0
+        owner = np.repeat(np.arange(len(words)), counts)
+        id_parts.append(ids[keep].astype(np.int32))
+        length_parts.append(np.bincount(owner[keep], minlength=len(words)))
+    if not id_parts:
+        return np.zeros(0, np.int32), np.zeros(0, np.int64)
+    return np.concatenate(id_parts), np.concatenate(length_parts).astype(np.int64)
+
+
+def bm25_matrix(ids: np.ndarray, lengths: np.ndarray, n_vocab: int, model: Any) -> dict:
+    """bm25s's score matrix for term ids, built with whole-array operations.
+
+    The same numbers, in the same order, as ``bm25s.BM25.index`` builds document by document
+    (its own idf and term-frequency scorers for ``model.method``, the same float64 arithmetic
+    cast to ``model.dtype``; tested equal), in a fraction of the time and memory.
+
+    Args:
+      ids: int array ``[total terms]``, the documents' term ids one after another.
+      lengths: int array ``[num docs]``, each document's number of terms.
+      n_vocab: the number of terms (matrix columns).
+      model: a ``bm25s.BM25`` (``k1``, ``b``, ``delta``, ``method``, ``idf_method``, dtypes).
+
+    Returns:
+      bm25s's ``scores`` dict: CSC ``data``, ``indices`` (document of each score), ``indptr``
+      (``[n_vocab + 1]``), ``num_docs``.
+    """
+    from bm25s.scoring import _select_idf_scorer, _select_tfc_scorer
+
+    n_docs = len(lengths)
+    docs = np.repeat(np.arange(n_docs, dtype=np.int64), lengths)
+    # one key per (term, document) occurrence, sorted by term then document: CSC order
+    keys, tf = np.unique(ids.astype(np.int64) * n_docs + docs, return_counts=True)
+    del docs
+    terms, rows = np.divmod(keys, n_docs)
+    del keys
+    df = np.bincount(terms, minlength=n_vocab)
+    idf_of = _select_idf_scorer(model.idf_method)
+    distinct = np.unique(df[df > 0])
+    idf_values = np.asarray([idf_of(int(d), N=n_docs) for d in distinct], dtype=model.dtype)
+    idf = np.zeros(n_vocab, dtype=model.dtype)
+    idf[df > 0] = idf_values[np.searchsorted(distinct, df[df > 0])]
+    average = np.asarray(lengths).mean()
+    tfc = _select_tfc_scorer(model.method)(
+        tf_array=tf.astype(model.dtype),
+        l_d=lengths[rows],
+        l_avg=average,
+        k1=model.k1,
+        b=model.b,
+        delta=model.delta,
+    )
+    data = (idf[terms] * tfc).astype(model.dtype)
+    indptr = np.concatenate([[0], np.cumsum(np.bincount(terms, minlength=n_vocab))])
+    return {
+        "data": data,
+        "indices": rows.astype(model.int_dtype),
+        "indptr": indptr.astype(np.int64),
+        "num_docs": n_docs,
+    }
 
 
 class Bm25sBackend(SearchBackend):
@@ -136,22 +236,22 @@ class Bm25sBackend(SearchBackend):
         if not (k1 >= 0 and 0 <= b <= 1):
             raise ValueError(f"need k1 >= 0 and 0 <= b <= 1, got k1={k1}, b={b}")
         analyzer = Analyzer(stemmer=stemmer, stopwords=stopwords)
-        vocab: dict[str, int] = {}
-        corpus_ids: list[list[int]] = []
-        iterator = docs
-        if show_progress:
-            from tqdm.auto import tqdm
-
-            iterator = tqdm(docs, desc="tokenize", unit="doc")
-        for doc in iterator:
-            corpus_ids.append(
-                [vocab.setdefault(term, len(vocab)) for term in analyzer(doc["contents"])]
-            )
         try:
             model = bm25s.BM25(k1=k1, b=b, method=method)
         except (ValueError, KeyError) as error:
             raise ValueError(f"bad BM25 options: {error}") from error
-        model.index((corpus_ids, vocab), show_progress=show_progress)
+        vocab: dict[str, int] = {}
+        texts = [doc["contents"] for doc in docs]
+        ids, lengths = corpus_term_ids(analyzer, texts, vocab, show_progress)
+        if method in model.methods_requiring_nonoccurrence:  # bm25l, bm25+: bm25s's own loop
+            ends = np.cumsum(lengths)
+            corpus_ids = [ids[end - n : end].tolist() for n, end in zip(lengths, ends, strict=True)]
+            model.index((corpus_ids, vocab), show_progress=show_progress)
+        else:
+            model.scores = bm25_matrix(ids, lengths, len(vocab), model)
+            model.vocab_dict = {**vocab, "": len(vocab)}  # as bm25s.BM25.index leaves it
+            model.unique_token_ids_set = set(model.vocab_dict.values())
+            model.nonoccurrence_array = None
         params = {"k1": k1, "b": b, "method": method, **analyzer.options()}
         return cls(docs, model, analyzer, params)
 
