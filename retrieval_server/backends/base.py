@@ -23,6 +23,11 @@ import numpy as np
 
 META_FILE = "meta.json"
 DOCS_FILE = "docs.jsonl"
+#: Beside ``docs.jsonl``: the byte offset of each line (int64 ``[n + 1]``), and, unless the
+#: ids are ``"0"``..``"n-1"`` (wiki-18's), the ids. A loaded index maps them instead of
+#: reading every line, so a wiki-scale index opens at once and its workers share them.
+OFFSETS_FILE = "docs.offsets.npy"
+IDS_FILE = "docs.ids.npy"
 FORMAT_VERSION = 1
 
 
@@ -110,18 +115,80 @@ def top_k(scores: np.ndarray, k: int, positive_only: bool = True) -> np.ndarray:
     return candidates[order[:k]].astype(np.int64)
 
 
+class PositionalIds(Sequence[str]):
+    """The document ids ``"0"``, ``"1"``, ... ``"n-1"``, without a list of strings."""
+
+    def __init__(self, count: int) -> None:
+        self.count = int(count)
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __getitem__(self, index):  # type: ignore[override]
+        if isinstance(index, slice):
+            return [str(i) for i in range(*index.indices(self.count))]
+        index = int(index)
+        if index < 0:
+            index += self.count
+        if not 0 <= index < self.count:
+            raise IndexError(f"document index {index} out of range")
+        return str(index)
+
+    def position(self, doc_id: str) -> int:
+        """The position of ``doc_id``; ``KeyError`` unless it is one of the ids."""
+        if isinstance(doc_id, str) and doc_id.isdecimal() and doc_id == str(int(doc_id)):
+            if int(doc_id) < self.count:
+                return int(doc_id)
+        raise KeyError(doc_id)
+
+
+def are_positional(ids: Sequence[str]) -> bool:
+    """Whether ``ids`` are exactly ``"0"``, ``"1"``, ... in order."""
+    return all(doc_id == str(i) for i, doc_id in enumerate(ids))
+
+
 class DiskDocs(Sequence[dict[str, str]]):
     """The documents of a ``docs.jsonl``, read from disk on demand, in file order.
 
-    Only the ids and the byte offsets of the lines stay in memory (about 100 bytes per
-    document instead of the whole text), so a loaded wiki-18 index does not hold 13 GB of
-    passages in Python objects. Reads use ``os.pread`` and are safe from any thread.
+    Memory per document: none when ``docs.offsets.npy`` (memory-mapped) matches the file
+    and the ids are positional; else the id and the offset (about 100 bytes instead of the
+    whole text). Without matching offsets (an index from before they were written, or a
+    ``docs.jsonl`` changed since) every line is read and checked at open. Reads use
+    ``os.pread`` and are safe from any thread.
 
-    Raises :class:`BackendError` naming the line of the first damaged document.
+    Raises :class:`BackendError` naming the line of a damaged document.
     """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
+        self._fd = os.open(self.path, os.O_RDONLY)
+        weakref.finalize(self, os.close, self._fd)
+        if not self._open_offsets():
+            self._scan()
+
+    def _open_offsets(self) -> bool:
+        offsets_path = self.path.parent / OFFSETS_FILE
+        if not offsets_path.is_file():
+            return False
+        try:
+            offsets = np.load(offsets_path, mmap_mode="r")
+            size = os.fstat(self._fd).st_size
+            if offsets.ndim != 1 or len(offsets) < 1 or offsets[0] != 0 or offsets[-1] != size:
+                return False
+            ids_path = self.path.parent / IDS_FILE
+            if ids_path.is_file():
+                ids = np.load(ids_path, allow_pickle=False)
+                if ids.shape != (len(offsets) - 1,):
+                    return False
+                self.ids: Sequence[str] = [str(doc_id) for doc_id in ids.tolist()]
+            else:
+                self.ids = PositionalIds(len(offsets) - 1)
+        except (OSError, ValueError):
+            return False
+        self._offsets = offsets
+        return True
+
+    def _scan(self) -> None:
         ids: list[str] = []
         offsets = [0]
         with open(self.path, "rb") as handle:
@@ -140,8 +207,6 @@ class DiskDocs(Sequence[dict[str, str]]):
                 offsets.append(offsets[-1] + len(line))
         self.ids = ids
         self._offsets = np.asarray(offsets, dtype=np.int64)
-        self._fd = os.open(self.path, os.O_RDONLY)
-        weakref.finalize(self, os.close, self._fd)
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -155,21 +220,42 @@ class DiskDocs(Sequence[dict[str, str]]):
         if not 0 <= index < len(self):
             raise IndexError(f"document index {index} out of range")
         start, end = int(self._offsets[index]), int(self._offsets[index + 1])
-        doc = json.loads(os.pread(self._fd, end - start, start))
-        return {"id": doc["id"], "contents": doc["contents"]}
+        try:
+            doc = json.loads(os.pread(self._fd, end - start, start))
+            return {"id": doc["id"], "contents": doc["contents"]}
+        except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as error:
+            raise BackendError(f"{self.path}:{index + 1} is damaged: {error!r}") from None
 
 
-def write_docs(directory: Path, docs: Sequence[Mapping[str, str]]) -> None:
-    """Writes documents to ``directory/docs.jsonl``, one JSON object per line."""
+def write_docs(directory: Path, docs: Sequence[Mapping[str, str]], sidecars: bool = True) -> None:
+    """Writes documents to ``directory/docs.jsonl``, one JSON object per line, with the line
+    offsets (``docs.offsets.npy``) and, unless positional, the ids (``docs.ids.npy``);
+    ``sidecars=False`` writes the lines only."""
     target = directory / DOCS_FILE
+    ids_path = directory / IDS_FILE
     if isinstance(docs, DiskDocs):
-        if target.exists() and target.resolve() == docs.path.resolve():
-            return
-        shutil.copyfile(docs.path, target)
+        same = target.exists() and target.resolve() == docs.path.resolve()
+        if same and (directory / OFFSETS_FILE).exists():
+            return  # saved over itself: its offsets are in place (and may be mapped)
+        if not same:
+            shutil.copyfile(docs.path, target)
+        offsets, ids = np.asarray(docs._offsets, dtype=np.int64), docs.ids
+    else:
+        offsets_list, ids = [0], []
+        with open(target, "wb") as handle:
+            for doc in docs:
+                line = (json.dumps({"id": doc["id"], "contents": doc["contents"]}) + "\n").encode()
+                handle.write(line)
+                offsets_list.append(offsets_list[-1] + len(line))
+                ids.append(doc["id"])
+        offsets = np.asarray(offsets_list, dtype=np.int64)
+    if not sidecars:
         return
-    with open(target, "w", encoding="utf-8") as handle:
-        for doc in docs:
-            handle.write(json.dumps({"id": doc["id"], "contents": doc["contents"]}) + "\n")
+    np.save(directory / OFFSETS_FILE, offsets)
+    if isinstance(ids, PositionalIds) or are_positional(ids):
+        ids_path.unlink(missing_ok=True)
+    else:
+        np.save(ids_path, np.asarray(list(ids), dtype=str))
 
 
 def read_docs(directory: Path) -> DiskDocs:
@@ -226,13 +312,15 @@ class SearchBackend(abc.ABC):
     def __init__(self, docs: Sequence[Mapping[str, str]]) -> None:
         if isinstance(docs, DiskDocs):
             self.docs: Sequence[dict[str, str]] = docs
-            self.doc_ids: list[str] = docs.ids
+            self.doc_ids: Sequence[str] = docs.ids
         else:
             self.docs = [dict(doc) for doc in docs]
             self.doc_ids = [doc["id"] for doc in self.docs]
-        self._position = {doc_id: i for i, doc_id in enumerate(self.doc_ids)}
-        if len(self._position) != len(self.doc_ids):
-            raise BackendError("document ids repeat; every id must be unique")
+        self._position: dict[str, int] | None = None  # PositionalIds need no map
+        if not isinstance(self.doc_ids, PositionalIds):
+            self._position = {doc_id: i for i, doc_id in enumerate(self.doc_ids)}
+            if len(self._position) != len(self.doc_ids):
+                raise BackendError("document ids repeat; every id must be unique")
 
     @classmethod
     @abc.abstractmethod
@@ -263,6 +351,8 @@ class SearchBackend(abc.ABC):
 
     def document(self, doc_id: str) -> dict[str, str]:
         """Returns the stored document ``{"id", "contents"}``; ``KeyError`` if unknown."""
+        if self._position is None:
+            return dict(self.docs[self.doc_ids.position(doc_id)])
         return dict(self.docs[self._position[doc_id]])  # a copy: callers may change it
 
     def documents(self, hits: Iterable[Hit]) -> list[dict[str, str]]:

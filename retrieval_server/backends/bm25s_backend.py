@@ -271,7 +271,11 @@ class Bm25sBackend(SearchBackend):
     def save(self, directory: str | os.PathLike[str]) -> None:
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
-        self._model.save(str(directory / _MODEL_DIR), show_progress=False)
+        target = (directory / _MODEL_DIR).resolve()
+        if target != getattr(self, "_loaded_from", None):
+            # (over the directory it was loaded from, its memory-mapped files are already
+            # these; rewriting them would truncate pages in use)
+            self._model.save(str(directory / _MODEL_DIR), show_progress=False)
         write_docs(directory, self.docs)
         write_meta(directory, self.name, len(self), self._params)
 
@@ -296,4 +300,6 @@ class Bm25sBackend(SearchBackend):
                 f"docs.jsonl has {len(docs)}"
             )
         analyzer = Analyzer(stemmer=params.get("stemmer"), stopwords=params.get("stopwords"))
-        return cls(docs, model, analyzer, params)
+        backend = cls(docs, model, analyzer, params)
+        backend._loaded_from = (directory / _MODEL_DIR).resolve()
+        return backend

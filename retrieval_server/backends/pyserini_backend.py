@@ -94,7 +94,7 @@ def build_lucene_index(
     Runs in a child process, because the indexer may end its JVM with ``System.exit``.
     """
     with tempfile.TemporaryDirectory(prefix="gigpo-pyserini-") as staging:
-        write_docs(Path(staging), docs)
+        write_docs(Path(staging), docs, sidecars=False)  # the indexer reads every file
         command = [
             sys.executable,
             "-m",

@@ -273,3 +273,40 @@ def test_a_loaded_bm25s_index_is_memory_mapped_and_answers_as_built(corpus_docs,
     assert isinstance(loaded._model.scores["data"], np.memmap)
     queries = [title_of(doc) for doc in corpus_docs[:50]] + ["zzzqqq", "Pavia Cathedral history"]
     assert loaded.search(queries, 5) == built.search(queries, 5)
+
+
+def test_a_saved_index_opens_from_its_offsets_without_reading_every_line(corpus_docs, tmp_path):
+    from retrieval_server.backends.base import IDS_FILE, OFFSETS_FILE, PositionalIds
+
+    docs = [{"id": str(i), "contents": d["contents"]} for i, d in enumerate(corpus_docs[:50])]
+    get_backend("bm25s").build(docs).save(tmp_path / "index")
+    assert (tmp_path / "index" / OFFSETS_FILE).is_file()
+    assert not (tmp_path / "index" / IDS_FILE).exists()  # wiki-18's ids: "0".."n-1"
+    # a line changed in place, same length: the offsets still match, so nothing reads it
+    path = tmp_path / "index" / "docs.jsonl"
+    lines = path.read_bytes().splitlines(keepends=True)
+    lines[7] = b"x" * (len(lines[7]) - 1) + b"\n"
+    path.write_bytes(b"".join(lines))
+    backend = load_backend(tmp_path / "index")
+    assert isinstance(backend.doc_ids, PositionalIds) and len(backend) == 50
+    assert backend.document("5") == docs[5] and backend.doc_ids[49] == "49"
+    for unknown in ("50", "05", "-1", "five", ""):
+        with pytest.raises(KeyError):
+            backend.document(unknown)
+    with pytest.raises(BackendError, match="docs.jsonl:8 is damaged"):
+        backend.document("7")  # found when read, naming the line
+    backend.save(tmp_path / "index")  # saved over itself while its offsets are mapped
+    assert load_backend(tmp_path / "index").document("49") == docs[49]
+
+
+def test_other_ids_are_kept_beside_the_offsets(corpus_docs, tmp_path):
+    from retrieval_server.backends.base import IDS_FILE
+
+    docs = [{"id": f"wiki-{i}", "contents": d["contents"]} for i, d in enumerate(corpus_docs[:30])]
+    get_backend("bm25s").build(docs).save(tmp_path / "index")
+    assert (tmp_path / "index" / IDS_FILE).is_file()
+    backend = load_backend(tmp_path / "index")
+    assert list(backend.doc_ids) == [d["id"] for d in docs]
+    assert backend.document("wiki-12") == docs[12]
+    hits = backend.search([docs[3]["contents"][:60]], 1)[0]
+    assert hits[0].doc_id == "wiki-3"
