@@ -167,7 +167,8 @@ def project(records: list[dict]) -> dict:
         "passages": WIKI18_PASSAGES,
         "from": [a["passages"], b["passages"]],
     }
-    for key in ("build_s", "index_mib", "passages_mib", "worker_rss_mib", "worker_pss_mib",
+    for key in ("build_s", "build_peak_rss_mib", "index_mib", "passages_mib", "start_s",
+                "worker_rss_mib", "worker_pss_mib",
                 "single_qps", "batched_qps", "concurrent_qps"):  # fmt: skip
         if key in a and key in b and a[key] > 0 and b[key] > 0:
             slope = math.log(b[key] / a[key]) / math.log(b["passages"] / a["passages"])

@@ -12,6 +12,7 @@ import itertools
 import json
 import os
 import re
+import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -198,6 +199,62 @@ def bm25_matrix(ids: np.ndarray, lengths: np.ndarray, n_vocab: int, model: Any) 
     }
 
 
+LEXICON_TERMS = "lexicon.terms.npy"  # the terms' UTF-8 bytes, sorted, one after another
+LEXICON_OFFSETS = "lexicon.offsets.npy"  # int64 [n + 1]: where each term starts
+LEXICON_IDS = "lexicon.ids.npy"  # int32 [n]: each term's vocabulary id
+
+
+def write_lexicon(directory: Path, vocab: Mapping[str, int]) -> None:
+    """Writes ``vocab`` (term -> id; the empty term left out) as a sorted, mappable lexicon."""
+    items = sorted((term.encode(), index) for term, index in vocab.items() if term)
+    blob = b"".join(term for term, _ in items)
+    offsets = np.zeros(len(items) + 1, dtype=np.int64)
+    np.cumsum([len(term) for term, _ in items], out=offsets[1:])
+    np.save(directory / LEXICON_TERMS, np.frombuffer(blob, dtype=np.uint8))
+    np.save(directory / LEXICON_OFFSETS, offsets)
+    np.save(directory / LEXICON_IDS, np.asarray([i for _, i in items], dtype=np.int32))
+
+
+class Lexicon:
+    """A vocabulary (term -> id) read from memory-mapped files by binary search.
+
+    Replaces a Python dict of every term in each server worker (several GB at wiki scale,
+    copied per process) with three arrays in the page cache that all workers share.
+    """
+
+    def __init__(self, directory: Path) -> None:
+        self._terms = np.load(directory / LEXICON_TERMS, mmap_mode="r")
+        self._offsets = np.load(directory / LEXICON_OFFSETS, mmap_mode="r")
+        self._ids = np.load(directory / LEXICON_IDS, mmap_mode="r")
+        if len(self._offsets) != len(self._ids) + 1 or self._offsets[-1] != len(self._terms):
+            raise ValueError("the lexicon files do not match each other")
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def _term(self, position: int) -> bytes:
+        start, end = int(self._offsets[position]), int(self._offsets[position + 1])
+        return self._terms[start:end].tobytes()
+
+    def get(self, term: str) -> int | None:
+        """The id of ``term``, or None."""
+        key, low, high = term.encode(), 0, len(self._ids)
+        while low < high:
+            middle = (low + high) // 2
+            if self._term(middle) < key:
+                low = middle + 1
+            else:
+                high = middle
+        if low < len(self._ids) and self._term(low) == key:
+            return int(self._ids[low])
+        return None
+
+    def items(self):
+        """``(term, id)`` pairs, in term order."""
+        for position in range(len(self._ids)):
+            yield self._term(position).decode(), int(self._ids[position])
+
+
 class Bm25sBackend(SearchBackend):
     """BM25 over a scipy sparse matrix of precomputed term scores (``bm25s``).
 
@@ -215,7 +272,7 @@ class Bm25sBackend(SearchBackend):
         self._model = model
         self._analyzer = analyzer
         self._params = params
-        self._vocab: dict[str, int] = model.vocab_dict
+        self._vocab: Any = model.vocab_dict  # a dict, or a Lexicon when loaded
 
     @classmethod
     def build(
@@ -259,7 +316,8 @@ class Bm25sBackend(SearchBackend):
         validate_queries(queries, k)
         results = []
         for query in queries:
-            term_ids = [self._vocab[t] for t in self._analyzer(query) if t in self._vocab]
+            found = (self._vocab.get(term) for term in self._analyzer(query))
+            term_ids = [term_id for term_id in found if term_id is not None]
             if not term_ids:
                 results.append([])
                 continue
@@ -272,10 +330,14 @@ class Bm25sBackend(SearchBackend):
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         target = (directory / _MODEL_DIR).resolve()
-        if target != getattr(self, "_loaded_from", None):
-            # (over the directory it was loaded from, its memory-mapped files are already
-            # these; rewriting them would truncate pages in use)
-            self._model.save(str(directory / _MODEL_DIR), show_progress=False)
+        source = getattr(self, "_loaded_from", None)
+        if source is None:
+            self._model.save(str(target), show_progress=False)
+            write_lexicon(target, self._vocab)
+        elif target != source:  # a loaded index: its files are the index
+            shutil.copytree(source, target, dirs_exist_ok=True)
+        # (over the directory it was loaded from, its memory-mapped files are already these;
+        # rewriting them would truncate pages in use)
         write_docs(directory, self.docs)
         write_meta(directory, self.name, len(self), self._params)
 
@@ -291,7 +353,14 @@ class Bm25sBackend(SearchBackend):
         try:
             # Memory-mapped: the score matrix stays in the page cache, shared by every worker
             # process that serves the same directory instead of copied into each.
-            model = bm25s.BM25.load(str(directory / _MODEL_DIR), show_progress=False, mmap=True)
+            # So are the terms, when the index has its lexicon (else bm25s's vocab dict).
+            model_dir = directory / _MODEL_DIR
+            lexicon = Lexicon(model_dir) if (model_dir / LEXICON_IDS).is_file() else None
+            model = bm25s.BM25.load(
+                str(model_dir), show_progress=False, mmap=True, load_vocab=lexicon is None
+            )
+            if lexicon is not None:
+                model.vocab_dict = lexicon
         except (OSError, ValueError, KeyError, json.JSONDecodeError) as error:
             raise BackendError(f"cannot load the bm25s index in {directory}: {error}") from error
         if model.scores["num_docs"] != len(docs):

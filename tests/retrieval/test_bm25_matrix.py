@@ -44,3 +44,33 @@ def test_texts_without_terms_get_length_zero():
     vocab: dict[str, int] = {}
     flat, lengths = corpus_term_ids(Analyzer(), ["the of and", "Pavia cathedral", ""], vocab)
     assert lengths.tolist() == [0, 2, 0] and len(flat) == 2 and len(vocab) == 2
+
+
+def test_a_loaded_index_finds_terms_through_its_mapped_lexicon(corpus_docs, tmp_path):
+    import shutil
+
+    from retrieval_server.backends import load_backend
+    from retrieval_server.backends.bm25s_backend import LEXICON_IDS, Lexicon
+
+    docs = corpus_docs[:300] + [{"id": "extra", "contents": '"Ünïcode"\nnaïve café Zürich'}]
+    built = Bm25sBackend.build(docs)
+    built.save(tmp_path / "index")
+    loaded = load_backend(tmp_path / "index")
+    lexicon = loaded._vocab
+    assert isinstance(lexicon, Lexicon)
+    vocab = {t: i for t, i in built._vocab.items() if t}
+    assert dict(lexicon.items()) == vocab  # every term, its id
+    assert all(lexicon.get(term) == i for term, i in vocab.items())
+    assert lexicon.get("zzzz-not-a-term") is None and lexicon.get("") is None
+    queries = [d["contents"][:80] for d in docs[::7]] + ["naïve Zürich", "the of and"]
+    assert loaded.search(queries, 5) == built.search(queries, 5)
+    # an index written before the lexicon existed still loads, with bm25s's vocab dict
+    old = tmp_path / "old"
+    shutil.copytree(tmp_path / "index", old)
+    for path in (old / "bm25s").glob("lexicon.*"):
+        path.unlink()
+    assert not (old / "bm25s" / LEXICON_IDS).exists()
+    assert load_backend(old).search(queries, 5) == built.search(queries, 5)
+    # a loaded index saved elsewhere is a copy of its files
+    loaded.save(tmp_path / "copy")
+    assert load_backend(tmp_path / "copy").search(queries, 5) == built.search(queries, 5)
