@@ -8,6 +8,7 @@ backends rank alike. Only documents that share a term with the query are returne
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 import os
@@ -199,35 +200,52 @@ def bm25_matrix(ids: np.ndarray, lengths: np.ndarray, n_vocab: int, model: Any) 
     }
 
 
-LEXICON_TERMS = "lexicon.terms.npy"  # the terms' UTF-8 bytes, sorted, one after another
+LEXICON_HASHES = "lexicon.hashes.npy"  # uint64 [n]: each term's 64-bit hash, ascending
+LEXICON_TERMS = "lexicon.terms.npy"  # the terms' UTF-8 bytes, in that order, one after another
 LEXICON_OFFSETS = "lexicon.offsets.npy"  # int64 [n + 1]: where each term starts
 LEXICON_IDS = "lexicon.ids.npy"  # int32 [n]: each term's vocabulary id
 
 
+def term_hash(term: bytes) -> int:
+    """A 64-bit hash of a term that is the same in every process and Python version."""
+    return int.from_bytes(hashlib.blake2b(term, digest_size=8).digest(), "little")
+
+
 def write_lexicon(directory: Path, vocab: Mapping[str, int]) -> None:
-    """Writes ``vocab`` (term -> id; the empty term left out) as a sorted, mappable lexicon."""
-    items = sorted((term.encode(), index) for term, index in vocab.items() if term)
-    blob = b"".join(term for term, _ in items)
+    """Writes ``vocab`` (term -> id; the empty term left out) as a mappable lexicon, ordered
+    by term hash (ties by term)."""
+    items = sorted(
+        (term_hash(encoded), encoded, index)
+        for encoded, index in ((term.encode(), index) for term, index in vocab.items() if term)
+    )
     offsets = np.zeros(len(items) + 1, dtype=np.int64)
-    np.cumsum([len(term) for term, _ in items], out=offsets[1:])
+    np.cumsum([len(term) for _, term, _ in items], out=offsets[1:])
+    blob = b"".join(term for _, term, _ in items)
+    np.save(directory / LEXICON_HASHES, np.asarray([h for h, _, _ in items], dtype=np.uint64))
     np.save(directory / LEXICON_TERMS, np.frombuffer(blob, dtype=np.uint8))
     np.save(directory / LEXICON_OFFSETS, offsets)
-    np.save(directory / LEXICON_IDS, np.asarray([i for _, i in items], dtype=np.int32))
+    np.save(directory / LEXICON_IDS, np.asarray([i for _, _, i in items], dtype=np.int32))
 
 
 class Lexicon:
-    """A vocabulary (term -> id) read from memory-mapped files by binary search.
+    """A vocabulary (term -> id) in memory-mapped arrays: a term is found by binary search
+    of its hash (in C, ``np.searchsorted``), then compared byte for byte.
 
     Replaces a Python dict of every term in each server worker (several GB at wiki scale,
-    copied per process) with three arrays in the page cache that all workers share.
+    one copy per process) with arrays in the page cache that all workers share.
     """
 
     def __init__(self, directory: Path) -> None:
+        self._hashes = np.load(directory / LEXICON_HASHES, mmap_mode="r")
         self._terms = np.load(directory / LEXICON_TERMS, mmap_mode="r")
         self._offsets = np.load(directory / LEXICON_OFFSETS, mmap_mode="r")
         self._ids = np.load(directory / LEXICON_IDS, mmap_mode="r")
-        if len(self._offsets) != len(self._ids) + 1 or self._offsets[-1] != len(self._terms):
+        n = len(self._ids)
+        if len(self._hashes) != n or len(self._offsets) != n + 1:
             raise ValueError("the lexicon files do not match each other")
+        if self._offsets[-1] != len(self._terms):
+            raise ValueError("the lexicon files do not match each other")
+        self._cache: dict[str, int | None] = {}
 
     def __len__(self) -> int:
         return len(self._ids)
@@ -237,20 +255,29 @@ class Lexicon:
         return self._terms[start:end].tobytes()
 
     def get(self, term: str) -> int | None:
-        """The id of ``term``, or None."""
-        key, low, high = term.encode(), 0, len(self._ids)
-        while low < high:
-            middle = (low + high) // 2
-            if self._term(middle) < key:
-                low = middle + 1
-            else:
-                high = middle
-        if low < len(self._ids) and self._term(low) == key:
-            return int(self._ids[low])
+        """The id of ``term``, or None (up to 65,536 answers kept, then started afresh)."""
+        try:
+            return self._cache[term]
+        except KeyError:
+            pass
+        found = self._find(term)
+        if len(self._cache) >= _CACHE_LIMIT:
+            self._cache.clear()
+        self._cache[term] = found
+        return found
+
+    def _find(self, term: str) -> int | None:
+        encoded = term.encode()
+        key = np.uint64(term_hash(encoded))
+        position = int(np.searchsorted(self._hashes, key))
+        while position < len(self._ids) and self._hashes[position] == key:
+            if self._term(position) == encoded:
+                return int(self._ids[position])
+            position += 1  # another term with the same hash
         return None
 
     def items(self):
-        """``(term, id)`` pairs, in term order."""
+        """``(term, id)`` pairs, in the file's order."""
         for position in range(len(self._ids)):
             yield self._term(position).decode(), int(self._ids[position])
 
