@@ -169,12 +169,22 @@ def bm25_matrix(ids: np.ndarray, lengths: np.ndarray, n_vocab: int, model: Any) 
     from bm25s.scoring import _select_idf_scorer, _select_tfc_scorer
 
     n_docs = len(lengths)
-    docs = np.repeat(np.arange(n_docs, dtype=np.int64), lengths)
     # one key per (term, document) occurrence, sorted by term then document: CSC order
-    keys, tf = np.unique(ids.astype(np.int64) * n_docs + docs, return_counts=True)
-    del docs
-    terms, rows = np.divmod(keys, n_docs)
-    del keys
+    # (in place where it can be: this array is the build's largest)
+    keys = ids.astype(np.int64)
+    keys *= n_docs
+    keys += np.repeat(np.arange(n_docs, dtype=np.int64), lengths)
+    keys.sort()
+    first = np.empty(len(keys), dtype=bool)
+    first[:1] = True
+    np.not_equal(keys[1:], keys[:-1], out=first[1:])
+    starts = np.flatnonzero(first)
+    del first
+    tf = np.diff(starts, append=len(keys))
+    rows = keys[starts]
+    del keys, starts
+    terms = rows // n_docs
+    rows -= terms * n_docs
     df = np.bincount(terms, minlength=n_vocab)
     idf_of = _select_idf_scorer(model.idf_method)
     distinct = np.unique(df[df > 0])
