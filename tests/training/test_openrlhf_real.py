@@ -57,17 +57,23 @@ def _resolved(*flags: str) -> tuple[list[str], dict]:
     return command[command.index("openrlhf.cli.train_ppo_ray") + 1 :], runtime["env_vars"]
 
 
-def _parse(job: dict) -> list:
+def _run_script(script: Path, job: dict, cwd: Path | None = None) -> dict | list:
+    """Runs one of the OpenRLHF scripts with the stand-ins on its path; its last JSON line."""
     result = subprocess.run(
-        [sys.executable, str(PARSE)],
+        [sys.executable, str(script)],
         input=json.dumps(job),
         capture_output=True,
         text=True,
         env=ENV,
-        timeout=600,
+        timeout=900,
+        cwd=cwd,
     )
-    assert result.returncode == 0, result.stderr[-4000:]
+    assert result.returncode == 0, result.stderr[-6000:]
     return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def _parse(job: dict) -> list:
+    return _run_script(PARSE, job)
 
 
 @pytest.mark.slow
@@ -131,17 +137,7 @@ def _train_one_step(model_dir: Path, estimator: str, *flags: str) -> dict:
         )  # fmt: skip
         assert result.returncode == 0, result.stderr
         job = {"args": submitted_args(result.stdout), "script": SCRIPT, "ray_tmp": str(work / "r")}
-        run = subprocess.run(
-            [sys.executable, str(RUN)],
-            input=json.dumps(job),
-            capture_output=True,
-            text=True,
-            env=ENV,
-            timeout=900,
-            cwd=work,
-        )
-        assert run.returncode == 0, run.stderr[-6000:]
-        return json.loads(run.stdout.strip().splitlines()[-1])
+        return _run_script(RUN, job, cwd=work)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
