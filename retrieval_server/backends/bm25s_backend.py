@@ -85,28 +85,25 @@ class Analyzer:
         """Returns the options that recreate this analyzer."""
         return {"stemmer": self.stemmer_name, "stopwords": self.stopwords_name}
 
-    def term_id(self, token: str, vocab: dict[str, int]) -> int:
-        """The vocabulary id of a lower-case word token's term (added if new); -1 for a stop
-        word. The same term as :meth:`__call__` gives for that token."""
-        if token in self._stopwords:
-            return -1
-        term = self._stem(token) if self._stem is not None else token
-        return vocab.setdefault(term, len(vocab))
+    def words(self, text: str) -> list[str]:
+        """The lower-case word tokens of ``text``, in order, stop words included."""
+        return _TOKEN.findall(text.lower())
+
+    def term(self, word: str) -> str | None:
+        """The index term of a lower-case word token (its stem); None for a stop word."""
+        if word in self._stopwords:
+            return None
+        term = self._cache.get(word)
+        if term is None:
+            term = self._stem(word) if self._stem is not None else word
+            if len(self._cache) < _CACHE_LIMIT:
+                self._cache[word] = term
+        return term
 
     def __call__(self, text: str) -> list[str]:
         """Returns the terms of ``text`` in order (repeats kept)."""
-        terms = []
-        cache = self._cache
-        for token in _TOKEN.findall(text.lower()):
-            if token in self._stopwords:
-                continue
-            term = cache.get(token)
-            if term is None:
-                term = self._stem(token) if self._stem is not None else token
-                if len(cache) < _CACHE_LIMIT:
-                    cache[token] = term
-            terms.append(term)
-        return terms
+        terms = (self.term(word) for word in self.words(text))
+        return [term for term in terms if term is not None]
 
 
 def corpus_term_ids(
@@ -133,11 +130,12 @@ def corpus_term_ids(
 
         starts = tqdm(starts, desc="tokenize", unit="chunk")
     for start in starts:
-        words = [_TOKEN.findall(text.lower()) for text in texts[start : start + chunk]]
+        words = [analyzer.words(text) for text in texts[start : start + chunk]]
         flat = list(itertools.chain.from_iterable(words))
         for word in dict.fromkeys(flat):
             if word not in table:
-                table[word] = analyzer.term_id(word, vocab)
+                term = analyzer.term(word)
+                table[word] = -1 if term is None else vocab.setdefault(term, len(vocab))
         ids = np.fromiter(map(table.__getitem__, flat), dtype=np.int64, count=len(flat))
         counts = np.fromiter(map(len, words), dtype=np.int64, count=len(words))
         keep = ids >= 0
@@ -187,10 +185,11 @@ def bm25_matrix(ids: np.ndarray, lengths: np.ndarray, n_vocab: int, model: Any) 
     rows -= terms * n_docs
     df = np.bincount(terms, minlength=n_vocab)
     idf_of = _select_idf_scorer(model.idf_method)
-    distinct = np.unique(df[df > 0])
+    seen = df > 0
+    distinct = np.unique(df[seen])
     idf_values = np.asarray([idf_of(int(d), N=n_docs) for d in distinct], dtype=model.dtype)
     idf = np.zeros(n_vocab, dtype=model.dtype)
-    idf[df > 0] = idf_values[np.searchsorted(distinct, df[df > 0])]
+    idf[seen] = idf_values[np.searchsorted(distinct, df[seen])]
     average = np.asarray(lengths).mean()
     tfc = _select_tfc_scorer(model.method)(
         tf_array=tf.astype(model.dtype),
@@ -201,7 +200,7 @@ def bm25_matrix(ids: np.ndarray, lengths: np.ndarray, n_vocab: int, model: Any) 
         delta=model.delta,
     )
     data = (idf[terms] * tfc).astype(model.dtype)
-    indptr = np.concatenate([[0], np.cumsum(np.bincount(terms, minlength=n_vocab))])
+    indptr = np.concatenate([[0], np.cumsum(df)])  # df: each term's number of documents
     return {
         "data": data,
         "indices": rows.astype(model.int_dtype),
