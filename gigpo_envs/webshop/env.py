@@ -12,6 +12,7 @@ import numpy as np
 from gigpo_envs.base import TextEnv
 from gigpo_envs.parsing import ActionParser
 from gigpo_envs.webshop.data import Goal
+from gigpo_envs.webshop.nouns import noun_tagger as make_noun_tagger
 from gigpo_envs.webshop.pages import (
     PAGE_KINDS,
     SEARCH_ACTION,
@@ -21,7 +22,7 @@ from gigpo_envs.webshop.pages import (
     option_value,
     render,
 )
-from gigpo_envs.webshop.reward import RewardBreakdown, purchase_reward, simple_nouns
+from gigpo_envs.webshop.reward import RewardBreakdown, purchase_reward
 from gigpo_envs.webshop.shop import SPLITS, Shop, get_shop
 from gigpo_envs.webshop.templates import WEBSHOP_TEMPLATE
 
@@ -61,8 +62,13 @@ class WebShopEnv(TextEnv):
         arguments.
       reward_scale: multiplies the purchase score.
       success_reward_only: pay only for a full match.
-      noun_extractor: title -> nouns for the type reward (default: the spaCy-free
-        :func:`~gigpo_envs.webshop.reward.simple_nouns`).
+      noun_tagger: which tagger finds the title nouns of the type reward (see
+        :func:`~gigpo_envs.webshop.nouns.noun_tagger`): ``"auto"`` (spaCy's
+        ``en_core_web_sm`` as WebShop runs it when installed, so the reward is the
+        original's; else the heuristic, with a warning), ``"spacy"``, ``"heuristic"``, or
+        a spaCy model name or directory. ``info["noun_tagger"]`` (at reset, and in
+        ``info["reward_breakdown"]``) names the one in use.
+      noun_extractor: a callable title -> nouns instead (overrides ``noun_tagger``).
       max_steps: steps before truncation (15, as verl-agent).
       **kwargs: ``invalid_action_penalty``, ``action_parser``, ``render_mode``.
 
@@ -88,6 +94,7 @@ class WebShopEnv(TextEnv):
         success_reward_only: bool = False,
         noun_extractor: Callable[[str], Sequence[str]] | None = None,
         max_steps: int = 15,
+        noun_tagger: str = "auto",
         *,
         invalid_action_penalty: float = 0.0,
         action_parser: ActionParser | None = None,
@@ -111,7 +118,16 @@ class WebShopEnv(TextEnv):
             raise ValueError(f"split {split!r} of {self.shop.shop_id} has no goals")
         self.reward_scale = float(reward_scale)
         self.success_reward_only = bool(success_reward_only)
-        self.noun_extractor = noun_extractor or simple_nouns
+        if noun_extractor is not None:
+            if not callable(noun_extractor):
+                raise ValueError(f"noun_extractor must be callable, got {noun_extractor!r}")
+            self.noun_extractor = noun_extractor
+            self.noun_tagger = str(
+                getattr(noun_extractor, "name", getattr(noun_extractor, "__name__", "custom"))
+            )
+        else:
+            tagger = make_noun_tagger(noun_tagger)
+            self.noun_extractor, self.noun_tagger = tagger, tagger.name
         self.goal_index = self.goal_range[0]
         self.page = PageState()
         self.last_breakdown: RewardBreakdown | None = None
@@ -240,11 +256,21 @@ class WebShopEnv(TextEnv):
         info["has_search_bar"] = self.page.kind == "search"
         info["instruction"] = self.goal.instruction_text
         info["goal_index"] = self.goal_index
+        if action is None:
+            info["noun_tagger"] = self.noun_tagger
         if self.page.kind == "done" and action is not None and action.startswith("click["):
             info["reward_breakdown"] = (
-                self.last_breakdown.as_dict() if self.last_breakdown is not None else None
+                {**self.last_breakdown.as_dict(), "noun_tagger": self.noun_tagger}
+                if self.last_breakdown is not None
+                else None
             )
         return info
+
+    def __str__(self) -> str:
+        return (
+            f"<WebShopEnv shop={self.shop.shop_id!r} split={self.split!r} "
+            f"noun_tagger={self.noun_tagger!r}>"
+        )
 
     def _game_state(self) -> dict[str, Any]:
         return {"shop": self.shop.shop_id, "goal": self.goal_index, **self.page.as_dict()}

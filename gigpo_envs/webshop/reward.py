@@ -15,10 +15,11 @@ On "buy now" the purchased product and chosen options are scored against the goa
   goal's search query, at least two of its category breadcrumbs, and the nouns of its title.
 
 :func:`token_set_ratio` reproduces ``thefuzz`` 0.19 (the version WebShop pins) exactly:
-``difflib`` ratios rounded to integers. The one approximation is the noun tagger of the
-title score: WebShop runs spaCy's ``en_core_web_sm``; the default here,
-:func:`simple_nouns`, keeps every word that is not a function word or a common modifier.
-Pass ``noun_extractor=`` a spaCy-based function to reproduce the original bit for bit.
+``difflib`` ratios rounded to integers. The title nouns come from
+:mod:`gigpo_envs.webshop.nouns`: by default spaCy's ``en_core_web_sm``, as WebShop's code
+runs it, whenever spaCy and the model are installed (then the reward is the original's), else
+a heuristic (:func:`~gigpo_envs.webshop.nouns.simple_nouns`, with a warning). Pass
+``noun_extractor=`` to choose.
 """
 
 from __future__ import annotations
@@ -28,6 +29,24 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from difflib import SequenceMatcher
 from typing import Any
+
+from gigpo_envs.webshop.nouns import default_nouns, simple_nouns
+
+__all__ = [
+    "COLOR_SET",
+    "FUZZY_THRESHOLD",
+    "RewardBreakdown",
+    "TypeReward",
+    "attribute_reward",
+    "category_parts",
+    "normalize_color",
+    "option_reward",
+    "price_reward",
+    "purchase_reward",
+    "simple_nouns",
+    "token_set_ratio",
+    "type_reward",
+]
 
 #: Colours that WebShop reduces an option to before comparing (its ``normalize.COLOR_SET``).
 COLOR_SET = (
@@ -46,25 +65,6 @@ FUZZY_THRESHOLD = 85
 
 _NON_WORD = re.compile(r"\W", re.UNICODE)
 _LATIN1_HIGH = dict.fromkeys(range(128, 256))
-_WORD = re.compile(r"[a-z][a-z0-9'\-]*")
-
-# Words that are never nouns in product titles: articles, pronouns, prepositions,
-# conjunctions, auxiliaries, and frequent modifiers. Used by simple_nouns only.
-_NOT_NOUNS = frozenset(
-    (
-        "a an the this that these those my your our their his her its it they we you i "
-        "and or nor but so yet for with without of in on at by from to into onto over under "
-        "about above below up down off out as per via than then also not no all any each "
-        "every both either some more most less least very too just only own same other such "
-        "is are was were be been being am do does did have has had will would can could "
-        "should may might must shall new great best better good perfect premium high low "
-        "long short large small big little extra super ultra easy soft hard heavy light "
-        "lightweight portable durable comfortable adjustable compatible professional "
-        "natural organic classic modern cute fashion casual womens mens women's men's kids "
-        "unisex multi non anti free plus mini fit fits fitting slim full half double single "
-        "inch inches ft cm mm oz lb lbs pcs pc pack count set"
-    ).split()
-)
 
 
 @dataclass(frozen=True)
@@ -149,16 +149,6 @@ def token_set_ratio(a: str, b: str) -> int:
     return max(_ratio(common, combined1), _ratio(common, combined2), _ratio(combined1, combined2))
 
 
-def simple_nouns(title: str) -> list[str]:
-    """Returns the lower-cased words of ``title`` that may be nouns (spaCy-free heuristic).
-
-    A word is a maximal run of letters, digits, ``'`` and ``-`` that starts with a letter;
-    function words and frequent modifiers (a fixed list) are dropped. Order and repeats are
-    kept, as spaCy's token list would keep them.
-    """
-    return [word for word in _WORD.findall(title.lower()) if word not in _NOT_NOUNS]
-
-
 def category_parts(product_category: str) -> set[str]:
     """Returns the set of breadcrumb parts of a ``"a › b › c"`` category string."""
     return {part.strip() for part in str(product_category).split("\u203a")}
@@ -171,7 +161,7 @@ def type_reward(
     goal_query: str,
     goal_category: str,
     goal_name: str,
-    noun_extractor: Callable[[str], Sequence[str]] = simple_nouns,
+    noun_extractor: Callable[[str], Sequence[str]] = default_nouns,
 ) -> TypeReward:
     """WebShop's type-match factor of a purchase (``get_type_reward``).
 
@@ -179,11 +169,13 @@ def type_reward(
       purchased_query, goal_query: the search query each product was scraped under.
       purchased_category, goal_category: breadcrumb strings joined by ``" › "``.
       purchased_name, goal_name: product titles.
-      noun_extractor: maps a title to its (lower-cased) nouns.
+      noun_extractor: maps a title to its lower-cased nouns, in order with repeats
+        (default: :func:`~gigpo_envs.webshop.nouns.default_nouns`, spaCy when installed).
 
     Returns:
-      ``title_score`` = share of the goal title's distinct nouns found among the purchased
-      title's nouns (0.2 when the goal title has none). ``r_type`` is 1, lowered to 0.5
+      ``title_score`` = number of distinct nouns the two titles share, over the number of
+      the goal title's nouns counted with repeats (0.2 when it has none), as WebShop
+      computes it. ``r_type`` is 1, lowered to 0.5
       when neither the query matches, nor two or more breadcrumb parts, nor
       ``title_score > 0.2``; then to 0.1 when ``title_score < 0.1``; then to 0 when it is 0.
     """
@@ -274,7 +266,7 @@ def purchase_reward(
     goal: Any,
     price: float,
     chosen_options: Mapping[str, str],
-    noun_extractor: Callable[[str], Sequence[str]] = simple_nouns,
+    noun_extractor: Callable[[str], Sequence[str]] = default_nouns,
 ) -> RewardBreakdown:
     """WebShop's reward of buying ``product`` at ``price`` with ``chosen_options`` for ``goal``.
 
