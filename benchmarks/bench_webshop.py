@@ -10,6 +10,9 @@ For each catalog size (generated products; default 1,000 and 100,000):
     one core at 1,000 products). The policy mixes the scripted expert with random
     admissible clicks and fresh searches; ``search_share`` is the share of search steps.
     The baseline is the same workload with pyserini's Lucene backend, when installed;
+  * ``webshop_step_noun_tagger``: the same workload with the default noun tagger (spaCy's
+    ``en_core_web_sm`` when installed, its per-title cache emptied first, so every title
+    is tagged in the run) against the heuristic tagger (the baseline);
   * ``webshop_expert``: the scripted expert's success rate (reward 1.0) over goals.
 
 Run on one core for the targets: ``taskset -c 0 python benchmarks/bench_webshop.py``.
@@ -25,6 +28,7 @@ import time
 import numpy as np
 
 from gigpo_envs.webshop import WebShopEnv, build_shop, expert_action, generate_catalog
+from gigpo_envs.webshop.nouns import SpacyNouns, noun_tagger
 from gigpo_envs.webshop.search import ProductSearch, product_document
 from gigpo_envs.webshop.shop import Shop, goal_order, split_ranges
 
@@ -130,8 +134,19 @@ def bench_size(size: int, steps: int, episodes: int, with_baseline: bool) -> Non
         lucene_record = run_steps(lucene, max(steps // 10, 100), seed=0)
         baseline = {"backend": "pyserini", **lucene_record}
     emit({"what": "webshop_step", "size": size, "steps": steps, **record, "unit": "steps/s",
-          "backend": "bm25s", "target_throughput": 1000 if size <= 1000 else None,
+          "backend": "bm25s", "noun_tagger": env.noun_tagger,
+          "target_throughput": 1000 if size <= 1000 else None,
           "baseline": baseline})  # fmt: skip
+
+    tagger = noun_tagger("auto")
+    if isinstance(tagger, SpacyNouns):
+        tagger.clear_cache()
+    tagged = run_steps(WebShopEnv(shop=shop, split="all", noun_tagger="auto"), steps, seed=1)
+    heuristic = run_steps(WebShopEnv(shop=shop, split="all", noun_tagger="heuristic"), steps, 1)
+    emit({"what": "webshop_step_noun_tagger", "size": size, "steps": steps, **tagged,
+          "unit": "steps/s", "noun_tagger": tagger.name, "cache": "cold",
+          "target_throughput": 1000 if size <= 1000 else None,
+          "baseline": {"noun_tagger": "heuristic", **heuristic}})  # fmt: skip
 
     emit({"what": "webshop_expert", "size": size, **run_expert(env, episodes),
           "baseline": None})  # fmt: skip
