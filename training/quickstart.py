@@ -60,6 +60,9 @@ def main(argv: list[str] | None = None) -> int:
                 f"of the last 5 {after:.3f}"
             )
     print(f"learning curve: {curve}")
+    for label in runs:
+        run_dir = Path(args.out) / dict((v, k) for k, v in plans)[label]
+        print(f"rollouts of {label}: python -m training.view {run_dir}")
     return 0
 
 

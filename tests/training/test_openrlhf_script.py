@@ -80,7 +80,16 @@ def test_grpo_and_rloo_run_through_gigpo_algo(estimator):
     run = plan(
         ["--algo.advantage.estimator", estimator, "--algo.gigpo.invalid_penalty", "0.5"] + KL
     )
-    assert run.settings == GiGPOSettings(estimator=estimator, invalid_penalty=0.5)
+    rollouts = dict(
+        save_rollouts_every=1,
+        rollouts_dir=str(Path("runs/openrlhf_gigpo").resolve()),
+        rollout_max_chars=2000,
+    )  # the defaults of --gigpo.save_rollouts_every and its neighbours
+    assert run.settings == GiGPOSettings(estimator=estimator, invalid_penalty=0.5, **rollouts)
+    quiet = plan(["--algo.advantage.estimator", estimator, "--gigpo.save_rollouts_every=0"] + KL)
+    assert quiet.settings.save_rollouts_every == 0
+    with pytest.raises(UsageError, match="save_rollouts_every must be an int >= 0"):
+        plan(["--algo.advantage.estimator", estimator, "--gigpo.save_rollouts_every=-1"] + KL)
     assert _value(run.openrlhf_args, "--algo.advantage.estimator") == CARRIER_ESTIMATOR
     with pytest.raises(
         UsageError, match="step_weight=1.0 is not used by --algo.advantage.estimator="
@@ -99,7 +108,8 @@ def test_verl_agent_names_are_aliases_of_ours():
         + ["--algo.gigpo.similarity_thresh", "0.9"]
         + KL
     ).settings
-    assert ours == theirs == GiGPOSettings(step_weight=0.5, norm="mean", similarity=0.9)
+    assert ours == theirs
+    assert (ours.step_weight, ours.norm, ours.similarity) == (0.5, "mean", 0.9)
     with pytest.raises(UsageError, match="or its alias"):
         plan(["--algo.gigpo.step_weight", "1", "--algo.gigpo.step_advantage_w", "1"] + KL)
 

@@ -31,6 +31,7 @@ def validate(config: TrainConfig) -> None:
     """
     _check_algo(config.algo, config.env)
     _check_ranges(config)
+    _check_tensorboard(config)
     _check_template(config.env.template)
     _check_env(config)
 
@@ -45,6 +46,9 @@ RESUMABLE_CHANGES = (
     "run.checkpoint_every",
     "run.allow_config_change",
     "run.label",
+    "run.save_rollouts_every",
+    "run.rollout_max_chars",
+    "run.tensorboard",
 )
 
 
@@ -72,6 +76,16 @@ def _flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
         else:
             flat[prefix + key] = value
     return flat
+
+
+def _check_tensorboard(config: TrainConfig) -> None:
+    from training.local.tensorboard import tensorboard_available
+
+    if config.run.tensorboard is True and not tensorboard_available():
+        raise ConfigError(
+            "run.tensorboard is true but the tensorboard package is not installed: "
+            "pip install 'gigpo[train]' (or set run.tensorboard to null to write it when present)"
+        )
 
 
 def _check_algo(a: AlgoConfig, e: EnvConfig) -> None:
@@ -121,6 +135,8 @@ def _check_ranges(config: TrainConfig) -> None:
         ("run.eval_every", r.eval_every),
         ("run.checkpoint_every", r.checkpoint_every),
         ("run.threads", r.threads),
+        ("run.save_rollouts_every", r.save_rollouts_every),
+        ("run.rollout_max_chars", r.rollout_max_chars),
         ("model.trainable_layers", m.trainable_layers),
         ("model.tiny_warmup_steps", m.tiny_warmup_steps),
         ("algo.kl_coef", a.kl_coef),

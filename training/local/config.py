@@ -162,6 +162,14 @@ class RunConfig:
     allow_config_change: bool = False
     """Resume from a checkpoint whose run had another config (else that is an error naming
     the keys that differ)."""
+    save_rollouts_every: int = 1
+    """Write the step records of every this many iterations (0, then every k-th, and the
+    last) to ``out/rollouts/`` for ``python -m training.view``; 0 never."""
+    rollout_max_chars: int = 2000
+    """Characters kept of each saved observation, action and anchor text; 0 keeps all."""
+    tensorboard: bool | None = None
+    """Write every metric as a TensorBoard scalar under ``out/tensorboard``; None (the
+    default) does when the ``tensorboard`` package is installed."""
 
 
 @dataclass

@@ -38,6 +38,10 @@ class StepRecords:
     group_ids: list[int] = field(default_factory=list)
     traj_ids: list[int] = field(default_factory=list)
     is_action_valid: list[bool] = field(default_factory=list)
+    observations: list[str] = field(default_factory=list)
+    """The environment's observation each call answered (``info["raw_observation"]``)."""
+    actions: list[str] = field(default_factory=list)
+    """The text the environment read: the response prefix and the generated text."""
 
     def __len__(self) -> int:
         return len(self.rewards)
@@ -226,6 +230,7 @@ def collect(
             break
         anchors_before = envs.anchors.copy()
         texts_before = envs.anchor_texts.copy()
+        observed = infos.get("raw_observation")
         tick = time.perf_counter()
         prompts = render_prompts(
             tokenizer, [list(infos["messages"][i]) for i in active], response_prefix
@@ -266,6 +271,8 @@ def collect(
             records.group_ids.append(int(envs.group_ids[i]))
             records.traj_ids.append(int(i))
             records.is_action_valid.append(bool(infos["is_action_valid"][i]))
+            records.observations.append("" if observed is None else str(observed[i]))
+            records.actions.append(texts[row])
             returns[i] += float(rewards[i])
             lengths[i] += 1
             won[i] |= bool(infos["won"][i])

@@ -26,9 +26,11 @@ from training.local.model import (
     require_train_extra,
     resolve_model_path,
 )
-from training.local.rollout import Rollout, collect, make_envs
+from training.local.rollout import Rollout, StepRecords, collect, make_envs
 from training.local.tasks import EVAL_SEED_BASE, TaskSplit
+from training.local.tensorboard import ScalarLog
 from training.local.update import compute_advantages, ppo_update, step_group_stats
+from training.rollouts import prune_rollouts, rows_from_result, write_rollouts
 
 __all__ = ["EVAL_SEED_BASE", "train", "evaluate", "train_seeds", "check_resume"]
 
@@ -81,8 +83,9 @@ def learning_rate(config: TrainConfig, iteration: int) -> float:
 def train(config: TrainConfig) -> list[dict[str, Any]]:
     """Runs (or resumes) training; returns the metrics rows of the iterations run now.
 
-    Writes into ``config.run.out``: ``config.json``, ``metrics.jsonl``, ``curve.png`` and
-    ``checkpoint/``.
+    Writes into ``config.run.out``: ``config.json``, ``metrics.jsonl``, ``curve.png``,
+    ``checkpoint/``, ``rollouts/`` (step records, :mod:`training.rollouts`) and
+    ``tensorboard/`` (see ``run.tensorboard``).
     """
     require_train_extra()
     import torch
@@ -121,6 +124,8 @@ def train(config: TrainConfig) -> list[dict[str, Any]]:
     if config.run.resume:
         start = load_checkpoint(out, model=model, optimizer=optimizer, generator=generator) or 0
     log = MetricsLog(out, completed=start)
+    scalars = ScalarLog(out, completed=start, enabled=config.run.tensorboard)
+    prune_rollouts(out, completed=start)
     rows: list[dict[str, Any]] = []
     bar = _progress(config, start)
     for iteration in range(start, config.run.iterations):
@@ -133,6 +138,8 @@ def train(config: TrainConfig) -> list[dict[str, Any]]:
         result = compute_advantages(records, config.algo)
         advantages = np.asarray(result.advantages)
         adv_seconds = time.perf_counter() - adv_tick
+        if _saves_rollouts(config, iteration):
+            save_rollouts(out, iteration, records, result, config)
 
         update_tick = time.perf_counter()
         for group in optimizer.param_groups:
@@ -179,6 +186,7 @@ def train(config: TrainConfig) -> list[dict[str, Any]]:
             row.update(evaluate(model, tokenizer, config, split))
         row["time_iteration"] = time.perf_counter() - tick
         log.write(row)
+        scalars.write(row)
         rows.append(row)
         if config.run.checkpoint_every and (
             done_iterations % config.run.checkpoint_every == 0
@@ -196,11 +204,41 @@ def train(config: TrainConfig) -> list[dict[str, Any]]:
             bar.update(1)
     if bar is not None:
         bar.close()
+    scalars.close()
     envs.close()
     split.close()
     label = config.run.label or config.algo.estimator
     plot_curves({label: read_metrics(out)}, out / "curve.png")
     return rows
+
+
+def _saves_rollouts(config: TrainConfig, iteration: int) -> bool:
+    every = config.run.save_rollouts_every
+    return bool(every) and (iteration % every == 0 or iteration == config.run.iterations - 1)
+
+
+def save_rollouts(
+    out: Path, iteration: int, records: StepRecords, result: Any, config: TrainConfig
+) -> Path:
+    """Writes the iteration's step records with their advantages to ``out/rollouts/``."""
+    columns = {
+        name: getattr(records, name)
+        for name in (
+            "group_ids", "traj_ids", "rewards", "is_action_valid", "anchors", "anchor_texts",
+            "observations", "actions",
+        )
+    }  # fmt: skip
+    rows = rows_from_result(
+        iteration, config.algo.estimator, result, columns, config.run.rollout_max_chars
+    )
+    return write_rollouts(
+        out,
+        iteration,
+        rows,
+        source="local",
+        estimator=config.algo.estimator,
+        max_chars=config.run.rollout_max_chars,
+    )
 
 
 def evaluate(

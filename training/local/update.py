@@ -12,13 +12,14 @@ from typing import Any
 
 import numpy as np
 
-from gigpo_algo.advantages import GiGPOResult, anchor_groups
+from gigpo_algo.advantages import GiGPOResult
 from gigpo_algo.estimators import estimator_advantages, step_anchors
 from gigpo_algo.losses import aggregate_loss, entropy_from_logits, kl_penalty, ppo_clip_loss
 from gigpo_algo.tokens import broadcast_to_tokens
 from training.local.config import AlgoConfig
 from training.local.prefix import cache_kwarg, forward_params, prefix_cache, shared_prefix_length
 from training.local.rollout import StepRecords
+from training.rollouts import estimator_step_groups
 
 
 def compute_advantages(records: StepRecords, algo: AlgoConfig) -> GiGPOResult:
@@ -40,6 +41,12 @@ def compute_advantages(records: StepRecords, algo: AlgoConfig) -> GiGPOResult:
     )
 
 
+def step_group_ids(records: StepRecords, result: GiGPOResult, algo: AlgoConfig) -> np.ndarray:
+    """int64 (N,): GiGPO's step group of each record; for GRPO and RLOO, which group no
+    steps, the exact-anchor groups GiGPO would form from the same records."""
+    return estimator_step_groups(algo.estimator, result, records.anchors, records.group_ids)
+
+
 def step_group_stats(
     records: StepRecords, result: GiGPOResult, algo: AlgoConfig
 ) -> dict[str, float]:
@@ -56,10 +63,7 @@ def step_group_stats(
     """
     if len(records) == 0:
         return {"step_group_coverage": 0.0, "step_group_mean_size": 0.0, "step_groups": 0.0}
-    if algo.estimator == "gigpo":
-        codes = np.asarray(result.step_group_ids)
-    else:
-        codes = anchor_groups(records.anchors, records.group_ids)
+    codes = step_group_ids(records, result, algo)
     sizes = np.bincount(codes)
     return {
         "step_group_coverage": float((sizes[codes] >= 2).mean()),

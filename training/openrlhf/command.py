@@ -11,6 +11,10 @@
 ``--env.format_instruction``    replaces the prompt template's format instruction
 ``--group_size``                samples per task: sets ``--rollout.n_samples_per_prompt``
 ``--history_length``            past steps restated in each new observation message
+``--gigpo.dataset_dir``         the run's folder: the task dataset, and ``rollouts/``
+``--gigpo.save_rollouts_every`` save the step records of every this many training steps
+                                for ``python -m training.view`` (default 1; 0 never)
+``--gigpo.rollout_max_chars``   characters kept of each saved text (default 2000)
 ``--algo.gigpo.*``              gigpo_algo's settings, by its names: ``gamma``,
                                 ``step_weight``, ``norm``, ``episode_stats``,
                                 ``similarity``, ``similarity_metric``,
@@ -90,6 +94,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--algo.gigpo.similarity_thresh", dest="alias_similarity_thresh")
     p.add_argument("--algo.advantage.estimator", dest="estimator", default="gigpo")
     p.add_argument("--gigpo.dataset_dir", dest="dataset_dir", default="runs/openrlhf_gigpo")
+    p.add_argument("--gigpo.save_rollouts_every", dest="save_rollouts_every", type=int, default=1)
+    p.add_argument("--gigpo.rollout_max_chars", dest="rollout_max_chars", type=int, default=2000)
     return p
 
 
@@ -134,7 +140,13 @@ def plan(argv: list[str]) -> Plan:
     given = [a.split("=", 1)[0] for a in argv if a.startswith(FLAG_PREFIX)]
     if ours.estimator in ESTIMATORS:
         try:
-            settings = GiGPOSettings(estimator=ours.estimator, **_settings_from_flags(ours))
+            settings = GiGPOSettings(
+                estimator=ours.estimator,
+                **_settings_from_flags(ours),
+                save_rollouts_every=ours.save_rollouts_every,
+                rollouts_dir=str(Path(ours.dataset_dir).resolve()),
+                rollout_max_chars=ours.rollout_max_chars,
+            )
         except ValueError as exc:
             raise UsageError(str(exc)) from None
         if not _has_flag(theirs, "--algo.kl.use_loss") and _flag_value(

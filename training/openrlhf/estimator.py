@@ -41,6 +41,11 @@ class GiGPOSettings:
             read is an error (:data:`~gigpo_algo.estimators.ESTIMATOR_SETTINGS`).
         episode_stats: ``trajectory`` (paper Eq. 3) or ``step`` (verl-agent).
         invalid_penalty: taken off an invalid turn's episode score (and return, for gigpo).
+        save_rollouts_every: write the step records of every this many training steps (the
+            first, then every k-th) under ``rollouts_dir`` (:mod:`training.rollouts`); 0
+            never. The executor records texts only when it is on.
+        rollouts_dir: the run directory the ``rollouts/`` folder goes in.
+        rollout_max_chars: characters kept of each saved text (0: all).
     """
 
     estimator: str = "gigpo"
@@ -51,8 +56,17 @@ class GiGPOSettings:
     similarity: float | None = None
     similarity_metric: str | None = None
     invalid_penalty: float = 0.0
+    save_rollouts_every: int = 0
+    rollouts_dir: str = ""
+    rollout_max_chars: int = 2000
 
     def __post_init__(self) -> None:
+        for name in ("save_rollouts_every", "rollout_max_chars"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"--gigpo.{name} must be an int >= 0, got {value!r}")
+        if self.save_rollouts_every and not self.rollouts_dir:
+            raise ValueError("saving rollouts needs a rollouts_dir")
         check_settings(
             self.estimator,
             self.advantage_settings(),
@@ -113,7 +127,7 @@ def batch_advantages(
     if len(batch) != len(mask_shapes):
         raise ValueError(f"{len(batch)} experiences but {len(mask_shapes)} mask shapes")
     rewards, anchors, texts, valid, groups, trajs = [], [], [], [], [], []
-    spans_per_experience = []
+    spans_per_experience: list[Any] = []
     for e, (episodes, shape) in enumerate(zip(batch, mask_shapes, strict=True)):
         rows, width = int(shape[0]), int(shape[1])
         if len(episodes) != rows:
@@ -150,3 +164,41 @@ def batch_advantages(
         returns.append(np.array([float(np.sum(ep.rewards)) for ep in episodes]))
         offset += count
     return advantages, returns
+
+
+def rollout_records(
+    batch: Sequence[Sequence[EpisodeTurns]], settings: GiGPOSettings, iteration: int
+) -> list[dict[str, Any]]:
+    """The batch's turns as :mod:`training.rollouts` records (the viewer's schema), with the
+    advantages :func:`batch_advantages` trains on (before ``--reward.clip_range``)."""
+    from training.rollouts import rows_from_result
+
+    episodes = [ep for experience in batch for ep in experience]
+    columns: dict[str, list[Any]] = {
+        "rewards": [], "anchors": [], "anchor_texts": [], "is_action_valid": [],
+        "group_ids": [], "traj_ids": [], "observations": [], "actions": [],
+    }  # fmt: skip
+    for ep in episodes:
+        k = len(ep.rewards)
+        columns["rewards"].extend(ep.rewards)
+        columns["anchors"].extend(ep.anchors)
+        columns["anchor_texts"].extend(ep.anchor_texts)
+        columns["is_action_valid"].extend(ep.is_action_valid)
+        columns["group_ids"].extend([ep.group] * k)
+        columns["traj_ids"].extend([ep.traj] * k)
+        columns["observations"].extend(ep.observations or [""] * k)
+        columns["actions"].extend(ep.actions or [""] * k)
+    if not columns["rewards"]:
+        return []
+    result = estimator_advantages(
+        settings.estimator,
+        np.asarray(columns["rewards"], dtype=np.float64),
+        columns["traj_ids"],
+        columns["group_ids"],
+        step_anchors(columns["anchors"], columns["anchor_texts"], settings.similarity),
+        is_action_valid=np.asarray(columns["is_action_valid"], dtype=bool),
+        **settings.advantage_settings(),
+    )
+    return rows_from_result(
+        iteration, settings.estimator, result, columns, settings.rollout_max_chars
+    )

@@ -22,7 +22,9 @@ from copy import deepcopy
 from dataclasses import dataclass, field
 from typing import Any
 
+from training.openrlhf.estimator import GiGPOSettings
 from training.openrlhf.records import EpisodeTurns
+from training.rollouts import bound_text
 
 #: Marks where the assistant's text ends when rendering the chat template between turns.
 _SENTINEL = "\x00GIGPO-END-OF-RESPONSE\x00"
@@ -130,6 +132,16 @@ class TurnRecorder:
     is_action_valid: list[bool] = field(default_factory=list)
     action_ranges: list[tuple[int, int]] = field(default_factory=list)
     won: bool = False
+    text_chars: int | None = None
+    """Record each turn's observation and response, bounded to this many characters (0: no
+    bound); None records no texts (a run that saves no rollouts)."""
+    observations: list[str] = field(default_factory=list)
+    actions: list[str] = field(default_factory=list)
+
+    def add_texts(self, observation: Any, action: Any) -> None:
+        if self.text_chars is not None:
+            self.observations.append(bound_text(observation, self.text_chars))
+            self.actions.append(bound_text(action, self.text_chars))
 
     def add(
         self,
@@ -158,6 +170,8 @@ class TurnRecorder:
             sequence_length=sequence_length,
             max_len=self.max_len,
             won=self.won,
+            observations=self.observations,
+            actions=self.actions,
         )
 
 
@@ -189,7 +203,11 @@ async def run_episode(
             )
         want_logprobs = getattr(sampling_params, "logprobs", None) is not None
         log_probs: list[float] | None = [0.0] * len(tokens) if want_logprobs else None
-        recorder = TurnRecorder(group=task.group, max_len=max_length)
+        settings = GiGPOSettings.from_environ()
+        text_chars = (
+            settings.rollout_max_chars if settings and settings.save_rollouts_every else None
+        )
+        recorder = TurnRecorder(group=task.group, max_len=max_length, text_chars=text_chars)
         total_reward, truncated = 0.0, False
         while True:  # the env truncates at its max_steps; the token budget bounds it too
             budget = max_length - len(tokens)
@@ -203,6 +221,7 @@ async def run_episode(
             start = len(tokens)
             tokens = tokens + action_tokens
             anchor, anchor_text = info["anchor"], info.get("anchor_text")
+            recorder.add_texts(info.get("raw_observation", ""), output.text)
             _, reward, terminated, trunc_env, info = await asyncio.to_thread(env.step, output.text)
             recorder.add(reward, anchor, anchor_text, info["is_action_valid"], start, len(tokens))
             recorder.won = recorder.won or bool(info.get("won", False))

@@ -25,10 +25,12 @@ import importlib.metadata
 import importlib.util
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
-from training.openrlhf.estimator import GiGPOSettings, batch_advantages
+from training.openrlhf.estimator import GiGPOSettings, batch_advantages, rollout_records
 from training.openrlhf.records import INFO_KEY, EpisodeTurns
+from training.rollouts import write_rollouts
 
 PINNED_VERSION = "0.11.2"
 SAMPLES_MODULE = "openrlhf.trainer.ppo_utils.samples_generator"
@@ -108,6 +110,7 @@ def apply_gigpo(
             episodes = [ep.with_episode_reward(t) for ep, t in zip(episodes, totals, strict=True)]
         batch.append(episodes)
     _log_group_reward_stds(experiences, batch)
+    save_rollouts(batch, settings)
     shapes = [tuple(e.action_mask.shape) for e in experiences]
     advantages, returns = batch_advantages(batch, shapes, settings)
     for experience, adv, ret in zip(experiences, advantages, returns, strict=True):
@@ -121,6 +124,30 @@ def apply_gigpo(
         experience.info["return"] = torch.as_tensor(ret, dtype=torch.float32)
         experience.kl = None
     return experiences
+
+
+#: Training steps whose advantages this process computed (the experience maker runs in the
+#: driver only, so this is the run's step count, and only one process writes rollouts).
+_STEPS_SEEN = [0]
+
+
+def save_rollouts(batch: list[list[EpisodeTurns]], settings: GiGPOSettings) -> Path | None:
+    """Writes this training step's turn records (:mod:`training.rollouts`) when the step is
+    one of every ``settings.save_rollouts_every``; returns the file, or None."""
+    step = _STEPS_SEEN[0]
+    _STEPS_SEEN[0] += 1
+    every = settings.save_rollouts_every
+    if not every or step % every:
+        return None
+    rows = rollout_records(batch, settings, step)
+    return write_rollouts(
+        settings.rollouts_dir,
+        step,
+        rows,
+        source="openrlhf",
+        estimator=settings.estimator,
+        max_chars=settings.rollout_max_chars,
+    )
 
 
 def _log_group_reward_stds(experiences: list[Any], batch: list[list[EpisodeTurns]]) -> None:

@@ -34,6 +34,8 @@ class EpisodeTurns:
         sequence_length: tokens in the full (untruncated) sequence.
         max_len: the truncation length OpenRLHF applies (``--data.max_len``).
         won: whether the episode was won.
+        observations, actions: per turn, the observation answered and the response text,
+            bounded; recorded only when the run saves rollouts (else empty).
     """
 
     group: str
@@ -46,11 +48,18 @@ class EpisodeTurns:
     sequence_length: int = 0
     max_len: int = 2048
     won: bool = False
+    observations: list[str] = field(default_factory=list)
+    actions: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         k = len(self.rewards)
         for name in ("anchors", "anchor_texts", "is_action_valid", "action_ranges"):
             if len(getattr(self, name)) != k:
+                raise ValueError(
+                    f"EpisodeTurns.{name} has {len(getattr(self, name))} entries, rewards has {k}"
+                )
+        for name in ("observations", "actions"):
+            if len(getattr(self, name)) not in (0, k):
                 raise ValueError(
                     f"EpisodeTurns.{name} has {len(getattr(self, name))} entries, rewards has {k}"
                 )
@@ -87,6 +96,8 @@ class EpisodeTurns:
                 sequence_length=int(data["sequence_length"]),
                 max_len=int(data["max_len"]),
                 won=bool(data.get("won", False)),
+                observations=[str(t) for t in data.get("observations", [])],
+                actions=[str(t) for t in data.get("actions", [])],
             )
         except KeyError as exc:
             raise ValueError(f"gigpo turn record lacks {exc.args[0]!r}") from None

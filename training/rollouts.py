@@ -1,0 +1,357 @@
+"""Rollout records on disk: what the policy saw and did at every step, and how GiGPO scored it.
+
+Both trainers write them (the local trainer every ``run.save_rollouts_every`` iterations, the
+OpenRLHF path from its estimator), and ``python -m training.view RUN_DIR`` shows them. One
+file per saved iteration, ``RUN_DIR/rollouts/iteration_000012.jsonl.gz``: gzip-compressed
+JSON lines, a header object first, then one object per step record (one model call), in
+trajectory order. Files are written whole to a temporary name and then renamed, so a crash
+never leaves half a file.
+
+Header: ``{"schema": "gigpo.rollouts", "version": 1, "iteration": 12, "source": "local",
+"records": 96, "estimator": "gigpo", "max_chars": 2000, "summary": {...}}`` (the summary is
+:func:`step_group_summary` of the records, so a viewer of many iterations reads one line each).
+
+Record (schema version 1; names are :mod:`gigpo_algo`'s argument names, singular):
+
+========================  =====================================================================
+``iteration``             int, 0-based training iteration
+``group_id``              the episode group (the task): int (local) or str (OpenRLHF)
+``traj_id``               the trajectory (one episode), unique in the iteration: int or str
+``step``                  int, 0-based position of the record in its trajectory
+``observation``           str, the environment's observation the action answered (bounded)
+``action``                str, the model's whole response (bounded)
+``reward``                float, the step reward
+``is_action_valid``       bool
+``anchor``                str, the key of the state the action was taken from
+``anchor_text``           str or null, that state's text (similarity grouping; bounded)
+``step_group_id``         int, GiGPO's step group of the record (same anchor, same task)
+``episode_advantage``     float, A_E: the episode score against its episode group
+``step_advantage``        float, A_S: the discounted return against its step group
+``advantage``             float, A = A_E + step_weight * A_S (the value trained on)
+``return``                float, the discounted return from this step (after penalties)
+========================  =====================================================================
+
+Texts longer than ``max_chars`` keep their first ``max_chars`` characters and end with
+``" ... [+N chars]"``. For GRPO and RLOO, ``step_group_id`` holds the exact-anchor groups
+GiGPO would form and ``step_advantage`` is 0.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import os
+import re
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROLLOUTS_DIR = "rollouts"
+SCHEMA = "gigpo.rollouts"
+SCHEMA_VERSION = 1
+#: Default bound on each saved text (observation, action, anchor text), in characters.
+DEFAULT_MAX_CHARS = 2000
+#: Keys of every record, in file order.
+RECORD_KEYS = (
+    "iteration", "group_id", "traj_id", "step", "observation", "action", "reward",
+    "is_action_valid", "anchor", "anchor_text", "step_group_id", "episode_advantage",
+    "step_advantage", "advantage", "return",
+)  # fmt: skip
+_FILE = re.compile(r"^iteration_(\d{6,})\.jsonl\.gz$")
+_FLOAT_KEYS = ("reward", "episode_advantage", "step_advantage", "advantage", "return")
+
+
+class RolloutFileError(ValueError):
+    """A rollout file is missing, not gzip, or not in the schema; the message names it."""
+
+
+def bound_text(text: Any, max_chars: int) -> str:
+    """``text`` as a string of at most ``max_chars`` characters plus a marker of what was cut."""
+    text = "" if text is None else str(text)
+    if max_chars <= 0 or len(text) <= max_chars:
+        return text
+    return f"{text[:max_chars]} ... [+{len(text) - max_chars} chars]"
+
+
+def rollout_rows(
+    iteration: int,
+    *,
+    group_ids: Sequence[Any],
+    traj_ids: Sequence[Any],
+    rewards: Sequence[float],
+    is_action_valid: Sequence[bool],
+    anchors: Sequence[str],
+    anchor_texts: Sequence[str | None],
+    observations: Sequence[str],
+    actions: Sequence[str],
+    step_group_ids: Sequence[int],
+    episode_advantages: Sequence[float],
+    step_advantages: Sequence[float],
+    advantages: Sequence[float],
+    returns: Sequence[float],
+    max_chars: int = DEFAULT_MAX_CHARS,
+) -> list[dict[str, Any]]:
+    """Builds the records of one iteration from per-row columns, all of length N.
+
+    The columns are those of :func:`gigpo_algo.estimators.estimator_advantages` (inputs and
+    :class:`~gigpo_algo.advantages.GiGPOResult` fields); rows of one trajectory must be in
+    time order (``step`` counts them). ``observations`` / ``actions`` may be empty sequences
+    (an OpenRLHF run that did not record texts): then they are saved as ``""``.
+
+    Raises:
+        ValueError: the columns differ in length.
+    """
+    n = len(rewards)
+    columns = {
+        "group_ids": group_ids, "traj_ids": traj_ids, "is_action_valid": is_action_valid,
+        "anchors": anchors, "anchor_texts": anchor_texts, "step_group_ids": step_group_ids,
+        "episode_advantages": episode_advantages, "step_advantages": step_advantages,
+        "advantages": advantages, "returns": returns,
+    }  # fmt: skip
+    for name, column in [*columns.items(), ("observations", observations), ("actions", actions)]:
+        if len(column) != n and not (name in ("observations", "actions") and len(column) == 0):
+            raise ValueError(f"rollout column {name} has {len(column)} rows, rewards has {n}")
+    steps: dict[Any, int] = {}
+    rows = []
+    for i in range(n):
+        traj = _plain(traj_ids[i])
+        step = steps.get(traj, 0)
+        steps[traj] = step + 1
+        text = anchor_texts[i]
+        rows.append(
+            {
+                "iteration": int(iteration),
+                "group_id": _plain(group_ids[i]),
+                "traj_id": traj,
+                "step": step,
+                "observation": bound_text(observations[i] if observations else "", max_chars),
+                "action": bound_text(actions[i] if actions else "", max_chars),
+                "reward": _number(rewards[i]),
+                "is_action_valid": bool(is_action_valid[i]),
+                "anchor": str(anchors[i]),
+                "anchor_text": None if text is None else bound_text(text, max_chars),
+                "step_group_id": int(step_group_ids[i]),
+                "episode_advantage": _number(episode_advantages[i]),
+                "step_advantage": _number(step_advantages[i]),
+                "advantage": _number(advantages[i]),
+                "return": _number(returns[i]),
+            }
+        )
+    return rows
+
+
+def estimator_step_groups(
+    estimator: str, result: Any, anchors: Sequence[str], group_ids: Sequence[Any]
+) -> np.ndarray:
+    """int64 (N,): the step group of each row: GiGPO's own (``result.step_group_ids``) for
+    ``gigpo``; for GRPO and RLOO, which group no steps, the exact-anchor groups GiGPO would
+    form from the same rows (:func:`gigpo_algo.advantages.anchor_groups`)."""
+    from gigpo_algo.advantages import anchor_groups
+
+    if estimator == "gigpo":
+        return np.asarray(result.step_group_ids, dtype=np.int64)
+    return np.asarray(anchor_groups(list(anchors), list(group_ids)), dtype=np.int64)
+
+
+def rows_from_result(
+    iteration: int,
+    estimator: str,
+    result: Any,
+    columns: dict[str, Sequence[Any]],
+    max_chars: int = DEFAULT_MAX_CHARS,
+) -> list[dict[str, Any]]:
+    """:func:`rollout_rows` from an estimator's inputs and its
+    :class:`~gigpo_algo.advantages.GiGPOResult`.
+
+    Args:
+        columns: ``group_ids``, ``traj_ids``, ``rewards``, ``is_action_valid``, ``anchors``,
+            ``anchor_texts``, ``observations``, ``actions`` (see :func:`rollout_rows`).
+    """
+    return rollout_rows(
+        iteration,
+        **columns,
+        step_group_ids=estimator_step_groups(
+            estimator, result, columns["anchors"], columns["group_ids"]
+        ),
+        episode_advantages=np.asarray(result.episode_advantages),
+        step_advantages=np.asarray(result.step_advantages),
+        advantages=np.asarray(result.advantages),
+        returns=np.asarray(result.returns),
+        max_chars=max_chars,
+    )
+
+
+def rollout_path(run_dir: str | os.PathLike[str], iteration: int) -> Path:
+    """Where the records of ``iteration`` live under ``run_dir``."""
+    return Path(run_dir) / ROLLOUTS_DIR / f"iteration_{int(iteration):06d}.jsonl.gz"
+
+
+def write_rollouts(
+    run_dir: str | os.PathLike[str],
+    iteration: int,
+    rows: Sequence[dict[str, Any]],
+    *,
+    source: str = "local",
+    estimator: str = "",
+    max_chars: int = DEFAULT_MAX_CHARS,
+) -> Path:
+    """Writes one iteration's records (see the module doc) atomically; returns the path."""
+    path = rollout_path(run_dir, iteration)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    header = {
+        "schema": SCHEMA, "version": SCHEMA_VERSION, "iteration": int(iteration),
+        "source": source, "records": len(rows), "estimator": estimator, "max_chars": max_chars,
+        "summary": step_group_summary(rows),
+    }  # fmt: skip
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with gzip.open(temporary, "wt", encoding="utf-8", compresslevel=6) as handle:
+        handle.write(json.dumps(header) + "\n")
+        for row in rows:
+            handle.write(json.dumps(row, ensure_ascii=False) + "\n")
+    os.replace(temporary, path)
+    return path
+
+
+def read_rollouts(path: str | os.PathLike[str]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Reads a file written by :func:`write_rollouts`: ``(header, records)``.
+
+    Raises:
+        RolloutFileError: the file is missing, not gzip, cut short, has another schema or
+            version, or a record lacks a key or has a value of the wrong type (the message
+            names the file and line).
+    """
+    path = Path(path)
+    try:
+        with gzip.open(path, "rt", encoding="utf-8") as handle:
+            lines = handle.read().splitlines()
+    except FileNotFoundError:
+        raise RolloutFileError(f"no rollout file {path}") from None
+    except (OSError, EOFError, UnicodeDecodeError) as exc:
+        raise RolloutFileError(f"{path} is not a readable gzip rollout file: {exc}") from None
+    if not lines:
+        raise RolloutFileError(f"{path} is empty")
+    header = _json_line(path, 1, lines[0])
+    if header.get("schema") != SCHEMA or header.get("version") != SCHEMA_VERSION:
+        raise RolloutFileError(
+            f"{path}: schema {header.get('schema')!r} version {header.get('version')!r}, "
+            f"expected {SCHEMA!r} version {SCHEMA_VERSION}"
+        )
+    records = [
+        _check_record(path, n, _json_line(path, n, line)) for n, line in enumerate(lines[1:], 2)
+    ]
+    if header.get("records") != len(records):
+        raise RolloutFileError(
+            f"{path}: header says {header.get('records')} records, the file has {len(records)}"
+        )
+    return header, records
+
+
+def read_summary(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The step-group summary of a rollout file (:func:`step_group_summary`), from its header
+    alone when the header carries it, else from its records."""
+    try:
+        with gzip.open(path, "rt", encoding="utf-8") as handle:
+            header = json.loads(handle.readline())
+        summary = header["summary"]
+        summary["size_histogram"] = {int(k): v for k, v in summary["size_histogram"].items()}
+        return summary
+    except (OSError, EOFError, ValueError, KeyError, TypeError, AttributeError):
+        return step_group_summary(read_rollouts(path)[1])
+
+
+def rollout_files(run_dir: str | os.PathLike[str]) -> dict[int, Path]:
+    """The rollout files under ``run_dir``, by iteration, in iteration order."""
+    folder = Path(run_dir) / ROLLOUTS_DIR
+    found = {}
+    if folder.is_dir():
+        for path in folder.iterdir():
+            match = _FILE.match(path.name)
+            if match:
+                found[int(match.group(1))] = path
+    return dict(sorted(found.items()))
+
+
+def prune_rollouts(run_dir: str | os.PathLike[str], completed: int) -> list[int]:
+    """Deletes the files of iterations ``>= completed`` (written after the checkpoint a run
+    resumes from, so the resumed run writes them again); returns their iterations."""
+    removed = []
+    for iteration, path in rollout_files(run_dir).items():
+        if iteration >= completed:
+            path.unlink(missing_ok=True)
+            removed.append(iteration)
+    return removed
+
+
+def step_group_summary(records: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    """Step-group statistics of one iteration's records.
+
+    Returns:
+        ``records``; ``coverage``: share of records in a step group of size >= 2;
+        ``step_groups``: number of step groups; ``size_histogram``: {size: number of step
+        groups of that size}; ``sign_disagreement``: among records whose A_S and A_E are
+        both nonzero, the share where their signs differ (the step level overrules the
+        episode level); ``both_nonzero``: how many such records.
+    """
+    sizes: dict[tuple[Any, int], int] = {}
+    rows = list(records)
+    for row in rows:
+        key = (row["group_id"], row["step_group_id"])
+        sizes[key] = sizes.get(key, 0) + 1
+    histogram: dict[int, int] = {}
+    for size in sizes.values():
+        histogram[size] = histogram.get(size, 0) + 1
+    grouped = sum(sizes[(r["group_id"], r["step_group_id"])] >= 2 for r in rows)
+    both = [r for r in rows if r["step_advantage"] != 0 and r["episode_advantage"] != 0]
+    disagree = sum((r["step_advantage"] > 0) != (r["episode_advantage"] > 0) for r in both)
+    return {
+        "records": len(rows),
+        "coverage": grouped / len(rows) if rows else 0.0,
+        "step_groups": len(sizes),
+        "size_histogram": dict(sorted(histogram.items())),
+        "sign_disagreement": disagree / len(both) if both else 0.0,
+        "both_nonzero": len(both),
+    }
+
+
+# ----------------------------------------------------------------------------- internals
+def _plain(value: Any) -> Any:
+    if isinstance(value, np.generic):
+        value = value.item()
+    return value if isinstance(value, int | str) and not isinstance(value, bool) else str(value)
+
+
+def _number(value: Any) -> float | None:
+    number = float(value)
+    return number if math.isfinite(number) else None
+
+
+def _json_line(path: Path, number: int, line: str) -> dict[str, Any]:
+    try:
+        value = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise RolloutFileError(f"{path} line {number}: not JSON ({exc})") from None
+    if not isinstance(value, dict):
+        raise RolloutFileError(f"{path} line {number}: expected an object")
+    return value
+
+
+def _check_record(path: Path, number: int, record: dict[str, Any]) -> dict[str, Any]:
+    missing = [key for key in RECORD_KEYS if key not in record]
+    if missing:
+        raise RolloutFileError(f"{path} line {number}: record lacks {missing}")
+    for key in _FLOAT_KEYS:
+        value = record[key]
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
+            raise RolloutFileError(f"{path} line {number}: {key} must be a number, got {value!r}")
+    for key in ("iteration", "step", "step_group_id"):
+        if isinstance(record[key], bool) or not isinstance(record[key], int):
+            raise RolloutFileError(f"{path} line {number}: {key} must be an int")
+    for key in ("observation", "action", "anchor"):
+        if not isinstance(record[key], str):
+            raise RolloutFileError(f"{path} line {number}: {key} must be a string")
+    if not isinstance(record["is_action_valid"], bool):
+        raise RolloutFileError(f"{path} line {number}: is_action_valid must be true or false")
+    return record
