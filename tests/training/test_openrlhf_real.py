@@ -27,6 +27,7 @@ from openrlhf_launcher import command_line, dry_run, submitted_args
 import gigpo_envs  # noqa: F401  (registers the environments)
 import training
 from gigpo_algo.estimators import estimator_advantages
+from training.rollouts import read_rollouts, rollout_files
 
 pytestmark = pytest.mark.openrlhf
 
@@ -137,7 +138,10 @@ def _train_one_step(model_dir: Path, estimator: str, *flags: str) -> dict:
         )  # fmt: skip
         assert result.returncode == 0, result.stderr
         job = {"args": submitted_args(result.stdout), "script": SCRIPT, "ray_tmp": str(work / "r")}
-        return _run_script(RUN, job, cwd=work)
+        out = _run_script(RUN, job, cwd=work)
+        # the rollouts the estimator saved (--gigpo.save_rollouts_every defaults to 1)
+        out["rollouts"] = [read_rollouts(path) for path in rollout_files(work).values()]
+        return out
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -206,6 +210,29 @@ def test_gigpo_algo_estimators_through_openrlhfs_training_step(tiny_model_dir, e
             covered[cols] = True
         assert not advantages[~covered].any()  # environment and padding tokens get nothing
     _check_shared_metrics(out)
+    _check_saved_rollouts(out, estimator)
+
+
+def _check_saved_rollouts(out: dict, estimator: str) -> None:
+    """The step records the driver saved for the viewer hold every turn of the step, with
+    the texts the executor recorded in its Ray worker and the values trained on (unclipped)."""
+    [(header, rows)] = out["rollouts"]
+    assert (header["source"], header["iteration"], header["estimator"]) == (
+        "openrlhf", 0, estimator,
+    )  # fmt: skip
+    rewards, trajs, groups, anchors = _episodes(out)
+    expected = estimator_advantages(estimator, rewards, trajs, groups, anchors).advantages
+    steps = [k for r in out["records"] for k in range(len(r["rewards"]))]
+    want = {(t, k): (r, a) for t, k, r, a in zip(trajs, steps, rewards, expected, strict=True)}
+    got = {(row["traj_id"], row["step"]): row for row in rows}
+    assert set(got) == set(want)
+    for key, (reward, advantage) in want.items():
+        row = got[key]
+        assert row["reward"] == pytest.approx(reward) and row["advantage"] == pytest.approx(
+            advantage
+        )
+        assert row["observation"].startswith("Target:")  # NumberLine's observation
+        assert row["action"] in SCRIPT  # what the vLLM stand-in answered
 
 
 @pytest.mark.slow
