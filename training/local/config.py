@@ -189,11 +189,42 @@ class ConfigError(ValueError):
     """A config file or override names an unknown key or holds a value of the wrong type."""
 
 
+#: The configs shipped in the package (``training/configs``), found by bare name.
+CONFIGS_DIR = Path(__file__).resolve().parents[1] / "configs"
+
+
+def packaged_configs() -> list[str]:
+    """The bare names of the shipped configs (``smoke``, ``quickstart``, ``study/numberline``)."""
+    return sorted(p.relative_to(CONFIGS_DIR).with_suffix("").as_posix()
+                  for p in CONFIGS_DIR.rglob("*.yaml"))  # fmt: skip
+
+
+def config_path(name: str | Path) -> Path:
+    """``name`` as a config file: an existing path as it is; else a shipped config's bare name
+    (``smoke`` or ``smoke.yaml``, ``study/numberline``) under :data:`CONFIGS_DIR`.
+
+    Raises:
+        ConfigError: neither a file nor a shipped config (the message lists the names).
+    """
+    path = Path(name)
+    if path.is_file():
+        return path
+    text = str(name)
+    shipped = CONFIGS_DIR / (text if text.endswith((".yaml", ".yml")) else f"{text}.yaml")
+    if not path.is_absolute() and shipped.is_file():
+        return shipped
+    raise ConfigError(
+        f"cannot read config file {name}: no such file, and not a shipped config "
+        f"(shipped: {', '.join(packaged_configs())})"
+    )
+
+
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> TrainConfig:
     """Builds a :class:`TrainConfig` from an optional YAML file and CLI-style overrides.
 
     Args:
-        path: a YAML file with any subset of the sections, or None for the defaults.
+        path: a YAML file with any subset of the sections, a shipped config's bare name
+            (``smoke``, ``quickstart``; see :func:`config_path`), or None for the defaults.
         overrides: ``["--algo.estimator=grpo", "--out", "runs/x", ...]``.
 
     Raises:
@@ -203,6 +234,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
 
     data: dict[str, Any] = {}
     if path is not None:
+        path = config_path(path)
         try:
             text = Path(path).read_text()
             loaded = yaml.safe_load(text)
