@@ -1,8 +1,10 @@
 """Installed from a wheel, everything runs: configs and launchers ship in the package.
 
 The wheel is built from a copy of the sources, installed into a fresh virtual environment
-that sees the test environment's packages (its dependencies, not this project: the venv's
-own install comes first on ``sys.path``), and run from a folder outside the repository.
+that also sees the test environment's packages (its dependencies, through a ``.pth`` file
+that lists the running interpreter's site-packages after the venv's own, so the venv's
+install of this project comes first on ``sys.path``), and run from a folder outside the
+repository.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import site
 import subprocess
 import sys
 import zipfile
@@ -46,9 +49,17 @@ def installed(tmp_path_factory):
     )
     wheel = next(root.glob("gigpo-*.whl"))
     venv = root / "venv"
-    _run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], cwd=root)
+    _run([sys.executable, "-m", "venv", str(venv)], cwd=root)
     python = venv / "bin" / "python"
     _run([str(python), "-m", "pip", "install", "--no-deps", "--no-index", str(wheel)], cwd=root)
+    purelib = _run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        cwd=root,
+    ).stdout.strip()
+    # then the test environment's packages, after the venv's own (a venv's
+    # --system-site-packages would give the base interpreter's, which need not hold them;
+    # and pip, seeing this project installed there, would not install the wheel)
+    (Path(purelib) / "test-env.pth").write_text("\n".join(site.getsitepackages()) + "\n")
     elsewhere = root / "elsewhere"
     elsewhere.mkdir()
     return {"wheel": wheel, "build_log": built.stdout + built.stderr, "venv": venv,
