@@ -201,9 +201,12 @@ def _step_group_labels(records: list[dict[str, Any]]) -> dict[int, str]:
     return labels
 
 
-def group_html(group_id: Any, records: list[dict[str, Any]], max_chars: int) -> str:
-    """One group: trajectories side by side, then its revisited states ranked by A_S."""
-    labels = _step_group_labels(records)
+def group_html(
+    group_id: Any, records: list[dict[str, Any]], labels: dict[int, str], max_chars: int
+) -> str:
+    """One group: trajectories side by side, then its revisited states ranked by A_S.
+
+    ``labels``: :func:`_step_group_labels` of ``records``."""
     trajs: dict[Any, list[dict[str, Any]]] = defaultdict(list)
     for r in records:
         trajs[r["traj_id"]].append(r)
@@ -340,10 +343,8 @@ def iteration_html(
             f"<td>{len(rows)}</td><td>{_esc(' '.join(f'{returns[t]:.2f}' for t in trajs))}</td>"
             f"<td>{len(labels)}</td><td>{100 * covered / len(rows):.0f}%</td></tr>"
         )
-        templates.append(
-            f'<template data-group="{_esc(group_id)}">{group_html(group_id, rows, max_chars)}'
-            "</template>"
-        )
+        body = group_html(group_id, rows, labels, max_chars)
+        templates.append(f'<template data-group="{_esc(group_id)}">{body}</template>')
     out.append('</tbody></table><div id="group-view"><p class="hint">No group open.</p></div>')
     out.extend(templates)
     out.append("</section>")

@@ -41,12 +41,6 @@ def compute_advantages(records: StepRecords, algo: AlgoConfig) -> GiGPOResult:
     )
 
 
-def step_group_ids(records: StepRecords, result: GiGPOResult, algo: AlgoConfig) -> np.ndarray:
-    """int64 (N,): GiGPO's step group of each record; for GRPO and RLOO, which group no
-    steps, the exact-anchor groups GiGPO would form from the same records."""
-    return estimator_step_groups(algo.estimator, result, records.anchors, records.group_ids)
-
-
 def step_group_stats(
     records: StepRecords, result: GiGPOResult, algo: AlgoConfig
 ) -> dict[str, float]:
@@ -63,7 +57,7 @@ def step_group_stats(
     """
     if len(records) == 0:
         return {"step_group_coverage": 0.0, "step_group_mean_size": 0.0, "step_groups": 0.0}
-    codes = step_group_ids(records, result, algo)
+    codes = estimator_step_groups(algo.estimator, result, records.anchors, records.group_ids)
     sizes = np.bincount(codes)
     return {
         "step_group_coverage": float((sizes[codes] >= 2).mean()),

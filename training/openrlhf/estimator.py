@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from gigpo_algo.advantages import GiGPOResult
 from gigpo_algo.estimators import SETTINGS, check_settings, estimator_advantages, step_anchors
 from gigpo_algo.tokens import turns_to_tokens
 from training.openrlhf.records import EpisodeTurns
@@ -101,10 +102,47 @@ class GiGPOSettings:
         return None if not text else cls.from_json(text)
 
 
+def batch_turns(batch: Sequence[Sequence[EpisodeTurns]]) -> dict[str, list[Any]]:
+    """The batch's turns as flat columns, experiences then rows then turns in order:
+    ``rewards``, ``anchors``, ``anchor_texts``, ``is_action_valid``, ``group_ids``,
+    ``traj_ids``, and ``observations`` / ``actions`` (``""`` where none were recorded)."""
+    columns: dict[str, list[Any]] = {
+        "rewards": [], "anchors": [], "anchor_texts": [], "is_action_valid": [],
+        "group_ids": [], "traj_ids": [], "observations": [], "actions": [],
+    }  # fmt: skip
+    for experience in batch:
+        for ep in experience:
+            k = len(ep.rewards)
+            columns["rewards"].extend(ep.rewards)
+            columns["anchors"].extend(ep.anchors)
+            columns["anchor_texts"].extend(ep.anchor_texts)
+            columns["is_action_valid"].extend(ep.is_action_valid)
+            columns["group_ids"].extend([ep.group] * k)
+            columns["traj_ids"].extend([ep.traj] * k)
+            columns["observations"].extend(ep.observations or [""] * k)
+            columns["actions"].extend(ep.actions or [""] * k)
+    return columns
+
+
+def turn_advantages(columns: dict[str, list[Any]], settings: GiGPOSettings) -> GiGPOResult:
+    """:func:`gigpo_algo.estimators.estimator_advantages` of the :func:`batch_turns` columns
+    (every field shape (N,), one row per turn)."""
+    return estimator_advantages(
+        settings.estimator,
+        np.asarray(columns["rewards"], dtype=np.float64),
+        columns["traj_ids"],
+        columns["group_ids"],
+        step_anchors(columns["anchors"], columns["anchor_texts"], settings.similarity),
+        is_action_valid=np.asarray(columns["is_action_valid"], dtype=bool),
+        **settings.advantage_settings(),
+    )
+
+
 def batch_advantages(
     batch: Sequence[Sequence[EpisodeTurns]],
     mask_shapes: Sequence[tuple[int, int]],
     settings: GiGPOSettings,
+    result: GiGPOResult | None = None,
 ) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """Per-token GiGPO advantages for a list of OpenRLHF experiences.
 
@@ -115,6 +153,7 @@ def batch_advantages(
         batch: per experience, the :class:`EpisodeTurns` of each of its B rows, in row order.
         mask_shapes: per experience, the ``(B, A)`` shape of its action mask.
         settings: the estimator's flags.
+        result: :func:`turn_advantages` of the batch when the caller has it already.
 
     Returns:
         ``(advantages, episode_returns)``: per experience a float64 (B, A) array holding each
@@ -126,34 +165,18 @@ def batch_advantages(
     """
     if len(batch) != len(mask_shapes):
         raise ValueError(f"{len(batch)} experiences but {len(mask_shapes)} mask shapes")
-    rewards, anchors, texts, valid, groups, trajs = [], [], [], [], [], []
     spans_per_experience: list[Any] = []
     for e, (episodes, shape) in enumerate(zip(batch, mask_shapes, strict=True)):
         rows, width = int(shape[0]), int(shape[1])
         if len(episodes) != rows:
             raise ValueError(f"experience {e} has {rows} rows but {len(episodes)} turn records")
-        columns = []
-        for ep in episodes:
-            columns.append(turn_columns(ep.action_ranges, ep.sequence_length, ep.max_len))
-            rewards.extend(ep.rewards)
-            anchors.extend(ep.anchors)
-            texts.extend(ep.anchor_texts)
-            valid.extend(ep.is_action_valid)
-            groups.extend([ep.group] * len(ep.rewards))
-            trajs.extend([ep.traj] * len(ep.rewards))
+        columns = [
+            turn_columns(ep.action_ranges, ep.sequence_length, ep.max_len) for ep in episodes
+        ]
         spans_per_experience.append(batch_turn_spans(columns, width))
-    if rewards:
-        values = estimator_advantages(
-            settings.estimator,
-            np.asarray(rewards, dtype=np.float64),
-            trajs,
-            groups,
-            step_anchors(anchors, texts, settings.similarity),
-            is_action_valid=np.asarray(valid, dtype=bool),
-            **settings.advantage_settings(),
-        ).advantages
-    else:
-        values = np.zeros(0)
+    if result is None and any(ep.rewards for episodes in batch for ep in episodes):
+        result = turn_advantages(batch_turns(batch), settings)
+    values = np.zeros(0) if result is None else np.asarray(result.advantages)
     advantages, returns = [], []
     offset = 0
     for episodes, shape, spans in zip(batch, mask_shapes, spans_per_experience, strict=True):
@@ -167,38 +190,21 @@ def batch_advantages(
 
 
 def rollout_records(
-    batch: Sequence[Sequence[EpisodeTurns]], settings: GiGPOSettings, iteration: int
+    batch: Sequence[Sequence[EpisodeTurns]],
+    settings: GiGPOSettings,
+    iteration: int,
+    result: GiGPOResult | None = None,
 ) -> list[dict[str, Any]]:
     """The batch's turns as :mod:`training.rollouts` records (the viewer's schema), with the
-    advantages :func:`batch_advantages` trains on (before ``--reward.clip_range``)."""
+    advantages :func:`batch_advantages` trains on (before ``--reward.clip_range``);
+    ``result``: :func:`turn_advantages` of the batch when the caller has it already."""
     from training.rollouts import rows_from_result
 
-    episodes = [ep for experience in batch for ep in experience]
-    columns: dict[str, list[Any]] = {
-        "rewards": [], "anchors": [], "anchor_texts": [], "is_action_valid": [],
-        "group_ids": [], "traj_ids": [], "observations": [], "actions": [],
-    }  # fmt: skip
-    for ep in episodes:
-        k = len(ep.rewards)
-        columns["rewards"].extend(ep.rewards)
-        columns["anchors"].extend(ep.anchors)
-        columns["anchor_texts"].extend(ep.anchor_texts)
-        columns["is_action_valid"].extend(ep.is_action_valid)
-        columns["group_ids"].extend([ep.group] * k)
-        columns["traj_ids"].extend([ep.traj] * k)
-        columns["observations"].extend(ep.observations or [""] * k)
-        columns["actions"].extend(ep.actions or [""] * k)
+    columns = batch_turns(batch)
     if not columns["rewards"]:
         return []
-    result = estimator_advantages(
-        settings.estimator,
-        np.asarray(columns["rewards"], dtype=np.float64),
-        columns["traj_ids"],
-        columns["group_ids"],
-        step_anchors(columns["anchors"], columns["anchor_texts"], settings.similarity),
-        is_action_valid=np.asarray(columns["is_action_valid"], dtype=bool),
-        **settings.advantage_settings(),
-    )
+    if result is None:
+        result = turn_advantages(columns, settings)
     return rows_from_result(
         iteration, settings.estimator, result, columns, settings.rollout_max_chars
     )

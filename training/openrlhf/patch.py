@@ -28,7 +28,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from training.openrlhf.estimator import GiGPOSettings, batch_advantages, rollout_records
+from gigpo_algo.advantages import GiGPOResult
+from training.openrlhf.estimator import (
+    GiGPOSettings,
+    batch_advantages,
+    batch_turns,
+    rollout_records,
+    turn_advantages,
+)
 from training.openrlhf.records import INFO_KEY, EpisodeTurns
 from training.rollouts import write_rollouts
 
@@ -110,9 +117,11 @@ def apply_gigpo(
             episodes = [ep.with_episode_reward(t) for ep, t in zip(episodes, totals, strict=True)]
         batch.append(episodes)
     _log_group_reward_stds(experiences, batch)
-    save_rollouts(batch, settings)
+    columns = batch_turns(batch)
+    result = turn_advantages(columns, settings) if columns["rewards"] else None
+    save_rollouts(batch, settings, result)
     shapes = [tuple(e.action_mask.shape) for e in experiences]
-    advantages, returns = batch_advantages(batch, shapes, settings)
+    advantages, returns = batch_advantages(batch, shapes, settings, result)
     for experience, adv, ret in zip(experiences, advantages, returns, strict=True):
         mask = experience.action_mask
         values = torch.as_tensor(adv, dtype=torch.float32, device=mask.device)
@@ -131,15 +140,18 @@ def apply_gigpo(
 _STEPS_SEEN = [0]
 
 
-def save_rollouts(batch: list[list[EpisodeTurns]], settings: GiGPOSettings) -> Path | None:
+def save_rollouts(
+    batch: list[list[EpisodeTurns]], settings: GiGPOSettings, result: GiGPOResult | None = None
+) -> Path | None:
     """Writes this training step's turn records (:mod:`training.rollouts`) when the step is
-    one of every ``settings.save_rollouts_every``; returns the file, or None."""
+    one of every ``settings.save_rollouts_every``; returns the file, or None. ``result``:
+    the batch's advantages, when already computed (see :func:`rollout_records`)."""
     step = _STEPS_SEEN[0]
     _STEPS_SEEN[0] += 1
     every = settings.save_rollouts_every
     if not every or step % every:
         return None
-    rows = rollout_records(batch, settings, step)
+    rows = rollout_records(batch, settings, step, result)
     return write_rollouts(
         settings.rollouts_dir,
         step,
