@@ -7,7 +7,9 @@ Modules:
   score, by name (``estimator_advantages``);
 - :mod:`gigpo_algo.grouping`: anchor-state grouping (exact and similarity);
 - :mod:`gigpo_algo.tokens`: per-step values onto response tokens;
-- :mod:`gigpo_algo.losses`: PPO clipped loss, KL estimators, entropy, loss aggregation.
+- :mod:`gigpo_algo.baselines`: also ``turn_gae``, multi-turn PPO's GAE over step records;
+- :mod:`gigpo_algo.losses`: PPO clipped loss, the critic's clipped value loss, KL
+  estimators, entropy, loss aggregation.
 
 Arrays in, arrays out, no state (docs/design.md, contract 3); the argument names are the
 project's vocabulary (docs/algorithm.md).
@@ -28,6 +30,7 @@ from gigpo_algo.advantages import (
     rloo,
     step_advantages,
 )
+from gigpo_algo.baselines import turn_gae
 from gigpo_algo.estimators import (
     ESTIMATOR_SETTINGS,
     ESTIMATORS,
@@ -35,7 +38,13 @@ from gigpo_algo.estimators import (
     grpo_advantages,
     rloo_advantages,
 )
-from gigpo_algo.losses import aggregate_loss, entropy_from_logits, kl_penalty, ppo_clip_loss
+from gigpo_algo.losses import (
+    aggregate_loss,
+    entropy_from_logits,
+    kl_penalty,
+    ppo_clip_loss,
+    value_loss,
+)
 from gigpo_algo.tokens import broadcast_to_tokens, turns_to_tokens
 
 __all__ = [
@@ -62,5 +71,7 @@ __all__ = [
     "rloo",
     "rloo_advantages",
     "step_advantages",
+    "turn_gae",
     "turns_to_tokens",
+    "value_loss",
 ]

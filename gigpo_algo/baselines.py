@@ -167,3 +167,68 @@ def gae(
         adv[:, t] = np.where(mask_t > 0, candidate, 0.0)
     returns = np.where(m > 0, adv + v, 0.0)
     return kind.wrap(adv), kind.wrap(returns)
+
+
+def turn_gae(
+    rewards: Any,
+    values: Any,
+    traj_ids: Any,
+    *,
+    gamma: float = 1.0,
+    lam: float = 1.0,
+) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Multi-turn PPO's GAE for step records stored one row per turn (one model call each).
+
+    The turns of each trajectory are laid out as one token sequence, in row order: each
+    turn's response tokens, then one masked column standing for the environment's tokens
+    before the next turn (skipped by :func:`gae`). A turn's reward sits on its last
+    response token; every other token gets reward 0. So with ``gamma = lam = 1`` a token's
+    advantage is the trajectory's reward from its turn on, less the token's value.
+
+    Args:
+        rewards: float, shape (N,): the reward of each turn (e.g. the env's step reward, less
+            any invalid-action penalty).
+        values: N float sequences; ``values[i]``, shape (T_i,) with T_i >= 1: the critic's
+            value at each response token of turn i (V of the text before that token).
+        traj_ids: shape (N,): the trajectory of each row; a trajectory's rows in time order.
+        gamma: discount per response token, in [0, 1].
+        lam: GAE lambda, in [0, 1].
+
+    Returns:
+        ``(advantages, returns)``: two lists of N float64 arrays, shapes (T_i,), with
+        ``returns[i] = advantages[i] + values[i]``. Not whitened.
+
+    Raises:
+        ValueError: lengths differ, a turn has no response token, or a bad gamma / lam.
+    """
+    r, _ = to_float_array(rewards, "rewards")
+    n = len(r)
+    codes, k = to_ids(traj_ids, "traj_ids", n)
+    if len(values) != n:
+        raise ValueError(f"values holds {len(values)} turns, rewards {n}")
+    vals = [to_float_array(v, f"values[{i}]")[0] for i, v in enumerate(values)]
+    empty = [i for i, v in enumerate(vals) if len(v) == 0]
+    if empty:
+        raise ValueError(f"turns {empty[:5]} have no response token: a reward needs a token")
+    # Column of each turn's first token in its trajectory's row: turns in row order, each
+    # followed by one environment column.
+    starts = np.zeros(n, dtype=np.int64)
+    widths = np.zeros(k, dtype=np.int64)
+    for i in range(n):
+        starts[i] = widths[codes[i]]
+        widths[codes[i]] += len(vals[i]) + 1
+    width = int(widths.max()) if n else 0
+    r_tok = np.zeros((k, width))
+    v_tok = np.zeros((k, width))
+    mask = np.zeros((k, width))
+    for i in range(n):
+        row, lo, hi = codes[i], starts[i], starts[i] + len(vals[i])
+        v_tok[row, lo:hi] = vals[i]
+        mask[row, lo:hi] = 1.0
+        r_tok[row, hi - 1] = r[i]
+    adv, ret = gae(r_tok, v_tok, mask, gamma=gamma, lam=lam)
+    spans = [(codes[i], starts[i], starts[i] + len(vals[i])) for i in range(n)]
+    return (
+        [adv[row, lo:hi].copy() for row, lo, hi in spans],
+        [ret[row, lo:hi].copy() for row, lo, hi in spans],
+    )

@@ -1,4 +1,5 @@
-"""Policy-gradient losses: the PPO clipped surrogate, KL estimators, entropy, and aggregation.
+"""Policy-gradient losses: the PPO clipped surrogate, the critic's clipped value loss, KL
+estimators, entropy, and aggregation.
 
 Each function works on per-token arrays of shape (B, T) (B sequences, T response tokens) and
 accepts numpy arrays, lists or torch tensors (see :mod:`gigpo_algo._arrays`). With a tensor,
@@ -82,6 +83,42 @@ def ppo_clip_loss(
     if dual_clip is not None:
         loss = xp.where(adv < 0, xp.minimum(loss, -adv * dual_clip), loss)
     return loss
+
+
+def value_loss(
+    values: Any,
+    old_values: Any,
+    returns: Any,
+    *,
+    value_clip: float | None = None,
+) -> Any:
+    """Per-token clipped value loss of a PPO critic (to minimise).
+
+    ``0.5 * max((V - R)^2, (V_clip - R)^2)`` with ``V_clip = V_old + clip(V - V_old, -c, c)``
+    (PPO2's value clipping: the critic cannot move further than ``c`` from the values it
+    had at rollout time and gain from it). ``value_clip=None`` is the plain
+    ``0.5 * (V - R)^2``.
+
+    Args:
+        values: float, shape (B, T): the critic's values now.
+        old_values: float, shape (B, T): its values at rollout time.
+        returns: float, shape (B, T): the regression targets (e.g. GAE's returns).
+        value_clip: c > 0, or None.
+
+    Returns:
+        Per-token loss, shape (B, T), in squared reward units; reduce it with
+        :func:`aggregate_loss`.
+    """
+    kind, (v, old, ret) = to_native(values=values, old_values=old_values, returns=returns)
+    _same_shapes(values=v, old_values=old, returns=ret)
+    if value_clip is not None and not value_clip > 0:
+        raise ValueError(f"value_clip must be > 0 or None, got {value_clip!r}")
+    xp = kind.xp
+    plain = (v - ret) ** 2
+    if value_clip is None:
+        return 0.5 * plain
+    clipped = (old + xp.clip(v - old, -value_clip, value_clip) - ret) ** 2
+    return 0.5 * xp.maximum(plain, clipped)
 
 
 def kl_penalty(log_probs: Any, ref_log_probs: Any, *, estimator: str = "k3") -> Any:

@@ -36,13 +36,8 @@ from typing import Any
 from gigpo_algo.estimators import ESTIMATORS
 from training.local.config import ConfigError, TrainConfig, load_config
 from training.local.metrics import read_metrics
+from training.stats import mean_ci
 
-#: Two-sided 95% Student-t quantiles by degrees of freedom (1..30); 1.96 beyond.
-_T95 = (
-    12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
-    2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
-    2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
-)  # fmt: skip
 #: The table's columns: (key in a run's summary, heading).
 COLUMNS = (
     ("train_success", "training success (last quarter)"),
@@ -52,19 +47,6 @@ COLUMNS = (
     ("step_group_mean_size", "mean step-group size"),
     ("minutes", "minutes per run"),
 )
-
-
-def mean_ci(values: list[float]) -> tuple[float, float]:
-    """Mean and half-width of its two-sided 95% Student-t confidence interval (0 for n = 1)."""
-    n = len(values)
-    if n == 0:
-        return math.nan, math.nan
-    mean = sum(values) / n
-    if n == 1:
-        return mean, 0.0
-    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
-    t = _T95[n - 2] if n - 2 < len(_T95) else 1.96
-    return mean, t * sd / math.sqrt(n)
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""Checkpoints for exact resume: model, optimizer, every RNG state, and the iteration counter.
+"""Checkpoints for exact resume: model, optimizer, PPO's critic and its optimizer (when the
+run has one), every RNG state, and the iteration counter.
 
 The environments need no state of their own: iteration ``k`` resets them with a seed that is
 a function of ``k`` (see :func:`training.local.train.train_seeds`).
@@ -17,13 +18,21 @@ CHECKPOINT_DIR = "checkpoint"
 
 
 def save_checkpoint(
-    out: Path, *, model: Any, optimizer: Any, iteration: int, generator: np.random.Generator
+    out: Path,
+    *,
+    model: Any,
+    optimizer: Any,
+    iteration: int,
+    generator: np.random.Generator,
+    critic: Any = None,
+    critic_optimizer: Any = None,
 ) -> Path:
     """Writes ``out/checkpoint/state.pt`` atomically (a crash mid-write keeps the old one).
 
     Args:
         iteration: the number of iterations completed.
         generator: the trainer's numpy generator (minibatch shuffling).
+        critic, critic_optimizer: PPO's critic and its optimizer (``algo.estimator: ppo``).
     """
     import torch
 
@@ -43,6 +52,9 @@ def save_checkpoint(
             "generator": generator.bit_generator.state,
         },
     }
+    if critic is not None:
+        state["critic"] = critic.state_dict()
+        state["critic_optimizer"] = critic_optimizer.state_dict()
     torch.save(state, staging / "state.pt")
     old = out / (CHECKPOINT_DIR + ".old")
     if target.exists():
@@ -56,9 +68,16 @@ def save_checkpoint(
 
 
 def load_checkpoint(
-    out: Path, *, model: Any, optimizer: Any, generator: np.random.Generator
+    out: Path,
+    *,
+    model: Any,
+    optimizer: Any,
+    generator: np.random.Generator,
+    critic: Any = None,
+    critic_optimizer: Any = None,
 ) -> int | None:
-    """Restores a checkpoint written by :func:`save_checkpoint`, if ``out`` has one.
+    """Restores a checkpoint written by :func:`save_checkpoint`, if ``out`` has one (with
+    the critic's state when ``critic`` is given).
 
     Returns:
         The number of iterations completed, or None when there is no checkpoint.
@@ -78,6 +97,11 @@ def load_checkpoint(
         state = torch.load(path, map_location="cpu", weights_only=False)
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
+        if critic is not None:
+            if "critic" not in state:
+                raise ValueError("it holds no critic (a run of an estimator without one)")
+            critic.load_state_dict(state["critic"])
+            critic_optimizer.load_state_dict(state["critic_optimizer"])
         rng = state["rng"]
     except Exception as exc:  # corrupt file, other model: say which file
         raise RuntimeError(f"cannot resume from {path}: {exc}") from exc

@@ -15,9 +15,9 @@ from typing import Any
 
 from training.local.config import (
     DTYPES,
-    AlgoConfig,
+    PPO_ONLY,
+    TRAINER_ESTIMATORS,
     ConfigError,
-    EnvConfig,
     TrainConfig,
 )
 
@@ -29,7 +29,7 @@ def validate(config: TrainConfig) -> None:
     builds and resets one environment (id, kwargs, prompt template), all before any model
     is loaded.
     """
-    _check_algo(config.algo, config.env)
+    _check_algo(config)
     _check_ranges(config)
     _check_tensorboard(config)
     _check_template(config.env.template)
@@ -88,16 +88,32 @@ def _check_tensorboard(config: TrainConfig) -> None:
         )
 
 
-def _check_algo(a: AlgoConfig, e: EnvConfig) -> None:
+def _check_algo(config: TrainConfig) -> None:
     from gigpo_algo.estimators import check_settings
     from gigpo_algo.losses import AGGREGATIONS, KL_ESTIMATORS
 
-    try:
-        check_settings(
-            a.estimator, a.estimator_settings(), prefix="algo.", estimator_name="algo.estimator"
+    a, e = config.algo, config.env
+    if a.estimator not in TRAINER_ESTIMATORS:
+        raise ConfigError(
+            f"algo.estimator must be one of {TRAINER_ESTIMATORS}, got {a.estimator!r}"
         )
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from None
+    if a.estimator == "ppo":
+        _check_ppo(config)
+    else:
+        try:
+            check_settings(
+                a.estimator, a.estimator_settings(), prefix="algo.", estimator_name="algo.estimator"
+            )
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+        for key in PPO_ONLY:
+            section, name = key.split(".")
+            value = getattr(getattr(config, section), name)
+            if value is not None:
+                raise ConfigError(
+                    f"{key}={value!r} is read by algo.estimator='ppo' only, not by "
+                    f"algo.estimator={a.estimator!r}; remove it"
+                )
     for name, value, allowed in (
         ("algo.kl_estimator", a.kl_estimator, KL_ESTIMATORS),
         ("algo.loss_agg", a.loss_agg, AGGREGATIONS),
@@ -111,8 +127,37 @@ def _check_algo(a: AlgoConfig, e: EnvConfig) -> None:
             raise ConfigError(f"algo.{name} must be finite, got {getattr(a, name)}")
     if a.clip_high < 0:
         raise ConfigError(f"algo.clip_high must be >= 0, got {a.clip_high}")
-    if e.group_size < 2:
+    if e.group_size < 2 and a.estimator != "ppo":
         raise ConfigError("env.group_size must be >= 2: group-relative advantages need a group")
+
+
+def _check_ppo(config: TrainConfig) -> None:
+    """PPO reads gamma, lam, value_clip, invalid_penalty and optim.critic_lr; any GiGPO-only
+    setting is an error, as it is for GRPO and RLOO."""
+    a = config.algo
+    for name in ("step_weight", "norm", "similarity", "similarity_metric"):
+        if getattr(a, name) is not None:
+            raise ConfigError(
+                f"algo.{name}={getattr(a, name)!r} is not used by algo.estimator='ppo' (it reads "
+                "algo.gamma, algo.lam, algo.value_clip, algo.invalid_penalty, optim.critic_lr); "
+                "remove it"
+            )
+    if a.episode_stats != "trajectory":
+        raise ConfigError(
+            f"algo.episode_stats={a.episode_stats!r} is not used by algo.estimator='ppo' "
+            "(it has no episode groups); remove it"
+        )
+    for name, low, high in (("gamma", 0.0, 1.0), ("lam", 0.0, 1.0)):
+        value = getattr(a, name)
+        if value is not None and not (math.isfinite(value) and low <= value <= high):
+            raise ConfigError(f"algo.{name} must be in [{low:g}, {high:g}], got {value}")
+    if a.value_clip is not None and not (math.isfinite(a.value_clip) and a.value_clip > 0):
+        raise ConfigError(f"algo.value_clip must be a finite number > 0, got {a.value_clip}")
+    if not (math.isfinite(a.invalid_penalty) and a.invalid_penalty >= 0):
+        raise ConfigError(f"algo.invalid_penalty must be >= 0, got {a.invalid_penalty}")
+    lr = config.optim.critic_lr
+    if lr is not None and not (math.isfinite(lr) and lr >= 0):
+        raise ConfigError(f"optim.critic_lr must be a finite number >= 0, got {lr}")
 
 
 def _check_ranges(config: TrainConfig) -> None:

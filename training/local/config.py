@@ -98,9 +98,15 @@ class AlgoConfig:
     """
 
     estimator: str = "gigpo"
-    """``gigpo``, ``grpo`` or ``rloo`` (GRPO / RLOO = GiGPO without the step level)."""
+    """``gigpo``, ``grpo`` or ``rloo`` (GRPO / RLOO = GiGPO without the step level), or
+    ``ppo`` (a learned critic and GAE; see training/local/critic.py)."""
     gamma: float | None = None
-    """gigpo: discount of the step-level returns (default 0.95)."""
+    """gigpo: discount of the step-level returns (default 0.95); ppo: GAE's discount per
+    response token (default 1.0)."""
+    lam: float | None = None
+    """ppo: GAE's lambda (default 1.0: the advantage is the return less the critic's value)."""
+    value_clip: float | None = None
+    """ppo: the value loss's clip range around the rollout-time values (default 0.5)."""
     step_weight: float | None = None
     """gigpo: weight of the step-level advantage A_S (default 1.0)."""
     norm: str | None = None
@@ -112,7 +118,8 @@ class AlgoConfig:
     similarity_metric: str | None = None
     """gigpo with ``similarity``: ``difflib`` (default; verl-agent's partition) or ``indel``."""
     invalid_penalty: float = 0.0
-    """Taken off an invalid step's episode score (and its return, under gigpo)."""
+    """Taken off an invalid step's episode score (and its return, under gigpo; its reward,
+    under ppo)."""
     clip_low: float = 0.2
     clip_high: float = 0.28
     kl_coef: float = 0.0
@@ -132,11 +139,21 @@ class AlgoConfig:
         return {name: getattr(self, name) for name in SETTINGS}
 
 
+#: The estimators the local trainer runs: gigpo_algo's critic-free ones and PPO.
+TRAINER_ESTIMATORS = ("gigpo", "grpo", "rloo", "ppo")
+#: ``algo.*`` (and ``optim.*``) settings only PPO reads.
+PPO_ONLY = ("algo.lam", "algo.value_clip", "optim.critic_lr")
+#: Defaults of PPO's settings left unset (None).
+PPO_DEFAULTS = {"gamma": 1.0, "lam": 1.0, "value_clip": 0.5}
+
+
 @dataclass
 class OptimConfig:
     lr: float = 1e-5
     weight_decay: float = 0.0
     max_grad_norm: float = 1.0
+    critic_lr: float | None = None
+    """ppo: the critic's learning rate (default: ``lr``); it follows the same warmup."""
     warmup_iterations: int = 0
     """Linear learning-rate warmup: iteration k (from 0) uses ``lr * min(1, (k + 1) / N)``.
     Adam's first steps move every weight by about ``lr``; warming up keeps the first updates

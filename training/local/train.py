@@ -1,8 +1,9 @@
 """The local GiGPO trainer: one process, a transformers causal LM, any registered gigpo env.
 
 Each iteration: group rollouts (batched generation for all live envs), step records,
-advantages from :mod:`gigpo_algo`, the PPO clipped loss with KL to a frozen reference, and
-optimizer steps. Read :func:`train` top to bottom.
+advantages from :mod:`gigpo_algo` (or, for ``algo.estimator: ppo``, a critic's values and
+GAE), the PPO clipped loss with KL to a frozen reference, and optimizer steps (and the
+critic's). Read :func:`train` top to bottom.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import numpy as np
 from training.local.checkpoint import load_checkpoint, save_checkpoint
 from training.local.checks import config_changes, validate
 from training.local.config import TrainConfig
+from training.local.critic import load_critic
 from training.local.metrics import MetricsLog, plot_curves, read_metrics
 from training.local.model import (
     limit_trainable_layers,
@@ -29,7 +31,7 @@ from training.local.model import (
 from training.local.rollout import Rollout, StepRecords, collect, make_envs
 from training.local.tasks import EVAL_SEED_BASE, TaskSplit
 from training.local.tensorboard import ScalarLog
-from training.local.update import compute_advantages, ppo_update, step_group_stats
+from training.local.update import compute_advantages, ppo_targets, ppo_update, step_group_stats
 from training.rollouts import prune_rollouts, rows_from_result, write_rollouts
 
 __all__ = ["EVAL_SEED_BASE", "train", "evaluate", "train_seeds", "check_resume"]
@@ -80,6 +82,14 @@ def learning_rate(config: TrainConfig, iteration: int) -> float:
     return config.optim.lr * (min(1.0, (iteration + 1) / warmup) if warmup else 1.0)
 
 
+def critic_learning_rate(config: TrainConfig, iteration: int) -> float:
+    """PPO's critic learning rate at ``iteration``: ``optim.critic_lr`` (default
+    ``optim.lr``) with the policy's warmup."""
+    base = config.optim.lr if config.optim.critic_lr is None else config.optim.critic_lr
+    warmup = config.optim.warmup_iterations
+    return base * (min(1.0, (iteration + 1) / warmup) if warmup else 1.0)
+
+
 def train(config: TrainConfig) -> list[dict[str, Any]]:
     """Runs (or resumes) training; returns the metrics rows of the iterations run now.
 
@@ -114,6 +124,19 @@ def train(config: TrainConfig) -> list[dict[str, Any]]:
         lr=config.optim.lr,
         weight_decay=config.optim.weight_decay,
     )
+    critic = critic_optimizer = None
+    if config.algo.estimator == "ppo":
+        critic = load_critic(
+            model_path,
+            config.model.dtype,
+            device=config.model.device,
+            trainable_layers=config.model.trainable_layers,
+        )
+        critic_optimizer = torch.optim.AdamW(
+            [p for p in critic.parameters() if p.requires_grad],
+            lr=critic_learning_rate(config, 0),
+            weight_decay=config.optim.weight_decay,
+        )
     envs = config_envs(config, config.env.num_groups, config.env.group_size)
     split = task_split(config)
 
@@ -122,7 +145,17 @@ def train(config: TrainConfig) -> list[dict[str, Any]]:
     _seed_everything(config.run.seed)
     start = 0
     if config.run.resume:
-        start = load_checkpoint(out, model=model, optimizer=optimizer, generator=generator) or 0
+        start = (
+            load_checkpoint(
+                out,
+                model=model,
+                optimizer=optimizer,
+                generator=generator,
+                critic=critic,
+                critic_optimizer=critic_optimizer,
+            )
+            or 0
+        )
     log = MetricsLog(out, completed=start)
     scalars = ScalarLog(out, completed=start, enabled=config.run.tensorboard)
     prune_rollouts(out, completed=start)
@@ -135,7 +168,18 @@ def train(config: TrainConfig) -> list[dict[str, Any]]:
         records = rollout.records
 
         adv_tick = time.perf_counter()
-        result = compute_advantages(records, config.algo)
+        targets = None
+        if critic is not None:
+            targets = ppo_targets(
+                critic,
+                records,
+                config.algo,
+                pad_id=tokenizer.pad_token_id,
+                share_prefix=config.model.share_prefix,
+            )
+            result = targets.result
+        else:
+            result = compute_advantages(records, config.algo)
         advantages = np.asarray(result.advantages)
         adv_seconds = time.perf_counter() - adv_tick
         if _saves_rollouts(config, iteration):
@@ -144,6 +188,8 @@ def train(config: TrainConfig) -> list[dict[str, Any]]:
         update_tick = time.perf_counter()
         for group in optimizer.param_groups:
             group["lr"] = learning_rate(config, iteration)
+        for group in critic_optimizer.param_groups if critic_optimizer else []:
+            group["lr"] = critic_learning_rate(config, iteration)
         stats = ppo_update(
             model,
             reference,
@@ -156,7 +202,12 @@ def train(config: TrainConfig) -> list[dict[str, Any]]:
             max_grad_norm=config.optim.max_grad_norm,
             generator=generator,
             share_prefix=config.model.share_prefix,
+            ppo=targets,
+            critic=critic,
+            critic_optimizer=critic_optimizer,
         )
+        if targets is not None:
+            stats.update(targets.stats)
         update_seconds = time.perf_counter() - update_tick
 
         row: dict[str, Any] = {
@@ -198,6 +249,8 @@ def train(config: TrainConfig) -> list[dict[str, Any]]:
                 optimizer=optimizer,
                 iteration=done_iterations,
                 generator=generator,
+                critic=critic,
+                critic_optimizer=critic_optimizer,
             )
         if bar is not None:
             bar.set_postfix(success=f"{row['success_rate']:.2f}", ret=f"{row['mean_return']:.2f}")

@@ -1,20 +1,26 @@
 """From step records to a policy update: advantages, token log-probs, the PPO loss with KL.
 
 All math comes from :mod:`gigpo_algo`: the advantages (``estimator_advantages``: GiGPO,
-GRPO, RLOO from one episode score), ``broadcast_to_tokens``, ``ppo_clip_loss``,
-``kl_penalty`` and ``aggregate_loss``.
+GRPO, RLOO from one episode score; ``turn_gae`` for PPO), ``broadcast_to_tokens``,
+``ppo_clip_loss``, ``value_loss`` (PPO's critic), ``kl_penalty`` and ``aggregate_loss``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from gigpo_algo.advantages import GiGPOResult
 from gigpo_algo.estimators import estimator_advantages, step_anchors
-from gigpo_algo.losses import aggregate_loss, entropy_from_logits, kl_penalty, ppo_clip_loss
+from gigpo_algo.losses import (
+    aggregate_loss,
+    entropy_from_logits,
+    kl_penalty,
+    ppo_clip_loss,
+    value_loss,
+)
 from gigpo_algo.tokens import broadcast_to_tokens
 from training.local.config import AlgoConfig
 from training.local.prefix import cache_kwarg, forward_params, prefix_cache, shared_prefix_length
@@ -83,6 +89,9 @@ class TokenBatch:
     """Columns before this one hold no response token (the shortest prompt, less one)."""
     prefix_length: int = 0
     """Leading tokens shared by every row, run once (see :mod:`training.local.prefix`)."""
+    targets: dict[str, Any] = field(default_factory=dict)
+    """Per-token float32 tensors, (B, L - 1), 0 off the response tokens: PPO's
+    ``advantages``, ``returns`` and ``old_values`` (see :class:`PPOTargets`)."""
 
 
 def make_batch(
@@ -93,11 +102,13 @@ def make_batch(
     device: Any = "cpu",
     *,
     share_prefix: bool = False,
+    token_targets: dict[str, list[np.ndarray]] | None = None,
 ) -> TokenBatch:
     """Pads the chosen rows into tensors on ``device`` (see :class:`TokenBatch`).
 
     ``share_prefix``: record the prompt start all chosen rows share, so that
-    :func:`token_log_probs` runs it once.
+    :func:`token_log_probs` runs it once. ``token_targets``: name -> one array per record
+    (shape: its response length), laid out into ``batch.targets``.
     """
     import torch
 
@@ -118,7 +129,19 @@ def make_batch(
     prompts = [records.prompt_ids[i] for i in rows]
     first = min(len(p) for p in prompts) - 1
     prefix = shared_prefix_length(prompts) if share_prefix else 0
-    return TokenBatch(*(t.to(device) for t in tensors), first_column=first, prefix_length=prefix)
+    targets = {}
+    for name, per_record in (token_targets or {}).items():
+        laid = torch.zeros((len(rows), width - 1))
+        for b, i in enumerate(rows):
+            p, r = len(records.prompt_ids[i]), len(records.response_ids[i])
+            laid[b, p - 1 : p - 1 + r] = torch.as_tensor(per_record[i], dtype=torch.float32)
+        targets[name] = laid.to(device)
+    return TokenBatch(
+        *(t.to(device) for t in tensors),
+        first_column=first,
+        prefix_length=prefix,
+        targets=targets,
+    )
 
 
 def token_log_probs(
@@ -170,7 +193,9 @@ def ppo_loss(
     subtracted from the loss."""
     import torch
 
-    token_adv = broadcast_to_tokens(batch.advantages, batch.response_mask)
+    token_adv = batch.targets.get("advantages")
+    if token_adv is None:
+        token_adv = broadcast_to_tokens(batch.advantages, batch.response_mask)
     per_token = ppo_clip_loss(
         log_probs,
         batch.old_log_probs,
@@ -211,11 +236,20 @@ def ppo_update(
     max_grad_norm: float,
     generator: np.random.Generator,
     share_prefix: bool = False,
+    ppo: PPOTargets | None = None,
+    critic: Any = None,
+    critic_optimizer: Any = None,
 ) -> dict[str, float]:
     """PPO epochs over shuffled minibatches of step records; one optimizer step each.
 
+    With ``ppo`` (``algo.estimator: ppo``) the policy reads its per-token advantages, and
+    the critic takes one step on the clipped value loss after each policy step, on the same
+    minibatch (:func:`critic_step`).
+
     Returns:
-        Mean loss, clip fraction, entropy, KL (when on) and gradient norm over the minibatches.
+        Mean loss, clip fraction, entropy, KL (when on) and gradient norm over the
+        minibatches; with a critic also ``value_loss``, ``value_clip_frac`` and
+        ``critic_grad_norm``.
     """
     import torch
 
@@ -228,7 +262,13 @@ def ppo_update(
         for start in range(0, n, algo.minibatch_size):
             rows = order[start : start + algo.minibatch_size]
             batch = make_batch(
-                records, rows, advantages, pad_id, model.device, share_prefix=share_prefix
+                records,
+                rows,
+                advantages,
+                pad_id,
+                model.device,
+                share_prefix=share_prefix,
+                token_targets=None if ppo is None else ppo.token_targets(),
             )
             ref_lp = None
             if reference is not None and algo.kl_coef > 0:
@@ -244,8 +284,160 @@ def ppo_update(
             grad_norm = torch.nn.utils.clip_grad_norm_(trainable, max_grad_norm)
             optimizer.step()
             stats.update(loss=float(loss.detach()), grad_norm=float(grad_norm))
+            if critic is not None:
+                stats.update(critic_step(critic, critic_optimizer, batch, algo, max_grad_norm))
             for key, value in stats.items():
                 sums[key] = sums.get(key, 0.0) + value
             steps += 1
     model.eval()
     return {key: value / max(steps, 1) for key, value in sums.items()}
+
+
+# ----------------------------------------------------------------------------- PPO's critic
+
+
+@dataclass
+class PPOTargets:
+    """What PPO's update needs per record, computed once per iteration by :func:`ppo_targets`.
+
+    ``old_values``, ``advantages`` (whitened over the batch's response tokens) and
+    ``returns``: one float64 array per record, shape (its response length,).
+    ``result``: the per-record summary the trainer logs and saves like the other
+    estimators' (``advantages``: the record's mean token advantage; ``returns``: the
+    return at its first token; no episode or step term: zeros).
+    """
+
+    old_values: list[np.ndarray]
+    advantages: list[np.ndarray]
+    returns: list[np.ndarray]
+    result: GiGPOResult
+    stats: dict[str, float]
+
+    def token_targets(self) -> dict[str, list[np.ndarray]]:
+        return {
+            "advantages": self.advantages,
+            "returns": self.returns,
+            "old_values": self.old_values,
+        }
+
+
+def record_values(
+    critic: Any,
+    records: StepRecords,
+    pad_id: int,
+    *,
+    batch_size: int,
+    share_prefix: bool = False,
+) -> list[np.ndarray]:
+    """The critic's value at every response token of every record (no gradient).
+
+    Returns:
+        One float64 array per record, shape (its response length,): the value of the text
+        before each response token.
+    """
+    import torch
+
+    from training.local.critic import token_values
+
+    out: list[np.ndarray] = []
+    zeros = np.zeros(len(records))
+    with torch.no_grad():
+        for start in range(0, len(records), batch_size):
+            rows = np.arange(start, min(start + batch_size, len(records)))
+            batch = make_batch(
+                records, rows, zeros, pad_id, critic.device, share_prefix=share_prefix
+            )
+            values = token_values(critic, batch).cpu().double().numpy()
+            for b, i in enumerate(rows):
+                p, r = len(records.prompt_ids[i]), len(records.response_ids[i])
+                out.append(values[b, p - 1 : p - 1 + r].copy())
+    return out
+
+
+def ppo_targets(
+    critic: Any,
+    records: StepRecords,
+    algo: AlgoConfig,
+    *,
+    pad_id: int,
+    share_prefix: bool = False,
+) -> PPOTargets:
+    """Values, GAE advantages and returns for ``algo.estimator: ppo``.
+
+    Each turn's reward is the env's step reward less ``algo.invalid_penalty`` for an
+    invalid action, so a trajectory's undiscounted return is the episode score the other
+    estimators read. GAE is :func:`gigpo_algo.baselines.turn_gae` over each trajectory's
+    response tokens (the reward on each turn's last token, the environment's tokens
+    between turns skipped), with ``algo.gamma`` and ``algo.lam`` (defaults
+    :data:`~training.local.config.PPO_DEFAULTS`); advantages are then whitened over all
+    response tokens of the batch, as PPO does.
+    """
+    from gigpo_algo.baselines import turn_gae
+    from training.local.config import PPO_DEFAULTS
+
+    n = len(records)
+    old_values = record_values(
+        critic, records, pad_id, batch_size=algo.minibatch_size, share_prefix=share_prefix
+    )
+    valid = np.asarray(records.is_action_valid, dtype=bool)
+    rewards = np.asarray(records.rewards, dtype=np.float64) - algo.invalid_penalty * ~valid
+    gamma = PPO_DEFAULTS["gamma"] if algo.gamma is None else algo.gamma
+    lam = PPO_DEFAULTS["lam"] if algo.lam is None else algo.lam
+    raw, returns = turn_gae(rewards, old_values, records.traj_ids, gamma=gamma, lam=lam)
+    flat_adv = np.concatenate(raw) if n else np.zeros(0)
+    mean, std = (flat_adv.mean(), flat_adv.std()) if len(flat_adv) else (0.0, 0.0)
+    advantages = [(a - mean) / (std + 1e-8) for a in raw]
+    flat_ret = np.concatenate(returns) if n else np.zeros(0)
+    flat_val = np.concatenate(old_values) if n else np.zeros(0)
+    var_ret = float(flat_ret.var()) if len(flat_ret) else 0.0
+    explained = 1.0 - float((flat_ret - flat_val).var()) / var_ret if var_ret > 0 else 0.0
+    result = GiGPOResult(
+        advantages=np.array([a.mean() for a in advantages]),
+        episode_advantages=np.zeros(n),
+        step_advantages=np.zeros(n),
+        returns=np.array([r[0] for r in returns]),
+        step_group_ids=np.arange(n, dtype=np.int64),
+    )
+    stats = {
+        "value_mean": float(flat_val.mean()) if len(flat_val) else 0.0,
+        "return_mean": float(flat_ret.mean()) if len(flat_ret) else 0.0,
+        "explained_variance": explained,
+    }
+    return PPOTargets(old_values, advantages, returns, result, stats)
+
+
+def critic_step(
+    critic: Any, optimizer: Any, batch: TokenBatch, algo: AlgoConfig, max_grad_norm: float
+) -> dict[str, float]:
+    """One optimizer step of the critic on the clipped value loss of one minibatch
+    (token mean over the response tokens).
+
+    Returns:
+        ``value_loss`` (squared reward units), ``value_clip_frac`` (share of tokens whose
+        value moved further than ``value_clip`` from its rollout-time value) and
+        ``critic_grad_norm``.
+    """
+    import torch
+
+    from training.local.config import PPO_DEFAULTS
+    from training.local.critic import token_values
+
+    clip = PPO_DEFAULTS["value_clip"] if algo.value_clip is None else algo.value_clip
+    mask = batch.response_mask
+    old, returns = batch.targets["old_values"], batch.targets["returns"]
+    critic.train()
+    values = token_values(critic, batch)
+    loss = aggregate_loss(value_loss(values, old, returns, value_clip=clip), mask)
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    trainable = [p for p in critic.parameters() if p.requires_grad]
+    grad_norm = torch.nn.utils.clip_grad_norm_(trainable, max_grad_norm)
+    optimizer.step()
+    critic.eval()
+    with torch.no_grad():
+        moved = ((values - old).abs() > clip).float()
+    return {
+        "value_loss": float(loss.detach()),
+        "value_clip_frac": float(aggregate_loss(moved, mask)),
+        "critic_grad_norm": float(grad_norm),
+    }

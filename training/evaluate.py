@@ -1,0 +1,358 @@
+"""``python -m training.evaluate``: play N held-out tasks of any gigpo env with any model.
+
+The tasks are the trainer's held-out evaluation tasks: the first N seeds of
+:meth:`training.local.tasks.TaskSplit.heldout_seeds` for the config's env, kwargs,
+``env.heldout_fraction`` and ``run.seed``, so with N = ``env.eval_groups`` and greedy
+decoding the numbers are the ones the trainer logs as ``eval_*`` (tested). One rollout per
+task.
+
+The model is a run directory of ours (its ``config.json`` and ``checkpoint/``: the trained
+weights; the run's config is then the default config), ``smollm2``, ``tiny-random`` or a
+local Hugging Face model directory. Prompts are the config's (``--prompt template``: the
+env's template with the config's changes, as in training) or a ReAct-style variant
+(``--prompt react``: reason inside ``<think>`` first, then act; the answer starts with
+``<think>``). Any ``--section.key=value`` overrides the config, as for the trainer.
+
+Writes ``summary.json`` (success rate with its 95% Wilson interval, mean return with its
+95% t interval, valid-action rate per step, mean episode length, the seeds) and
+``episodes.jsonl`` (one line per episode: seed, task, outcome and every step's observation,
+action, reward and validity) into ``--out``, and prints the summary as one JSON line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from training.local.config import ConfigError, TrainConfig, load_config
+from training.stats import mean_ci, wilson_interval
+
+#: Prompt variants.
+PROMPTS = ("template", "react")
+#: The ReAct-style answer format: reason about the state first, then one action.
+REACT_INSTRUCTION = (
+    "Reason first, inside <think> </think> tags: what you observe, what the goal needs, and "
+    "which action brings you closer. Then give exactly one action inside <action> </action> "
+    "tags, for example: {example}"
+)
+#: The ReAct variant's answer budget when ``--max-new-tokens`` is not given.
+REACT_MAX_NEW_TOKENS = 256
+#: Episodes played at once (one generation batch).
+DEFAULT_BATCH_SIZE = 32
+
+
+@dataclass
+class EvalSettings:
+    """How to play: ``episodes`` held-out tasks, one rollout each.
+
+    ``temperature`` 0 is greedy decoding; ``prompt`` is one of :data:`PROMPTS`;
+    ``max_new_tokens`` None keeps the config's (or :data:`REACT_MAX_NEW_TOKENS` for react).
+    """
+
+    episodes: int
+    temperature: float = 0.0
+    top_p: float = 1.0
+    prompt: str = "template"
+    max_new_tokens: int | None = None
+    batch_size: int = DEFAULT_BATCH_SIZE
+
+    def check(self) -> None:
+        if self.episodes < 1:
+            raise ConfigError(f"--episodes must be >= 1, got {self.episodes}")
+        if not (np.isfinite(self.temperature) and self.temperature >= 0):
+            raise ConfigError(f"--temperature must be >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ConfigError(f"--top-p must be in (0, 1], got {self.top_p}")
+        if self.prompt not in PROMPTS:
+            raise ConfigError(f"--prompt must be one of {PROMPTS}, got {self.prompt!r}")
+        if self.max_new_tokens is not None and self.max_new_tokens < 1:
+            raise ConfigError(f"--max-new-tokens must be >= 1, got {self.max_new_tokens}")
+        if self.batch_size < 1:
+            raise ConfigError(f"--batch-size must be >= 1, got {self.batch_size}")
+
+
+def prompt_config(config: TrainConfig, settings: EvalSettings) -> TrainConfig:
+    """``config`` with the prompt variant's format instruction, answer prefix, stop text and
+    answer budget (a copy; ``template`` changes only the budget when one is given)."""
+    import copy
+
+    out = copy.deepcopy(config)
+    if settings.prompt == "react":
+        out.env.format_instruction = REACT_INSTRUCTION
+        order = out.env.template.get("order")
+        if order is not None and "format" not in order:
+            out.env.template["order"] = [*order, "format"]
+        out.rollout.response_prefix = "<think>"
+        out.rollout.stop_text = "</action>"
+        out.rollout.max_new_tokens = settings.max_new_tokens or REACT_MAX_NEW_TOKENS
+    elif settings.max_new_tokens is not None:
+        out.rollout.max_new_tokens = settings.max_new_tokens
+    return out
+
+
+def heldout_seeds(config: TrainConfig, episodes: int) -> list[int]:
+    """The first ``episodes`` held-out task seeds of the config (the trainer's own)."""
+    from training.local.train import task_split
+
+    split = task_split(config)
+    try:
+        return split.heldout_seeds(config.run.seed, episodes)
+    finally:
+        split.close()
+
+
+def play(
+    model: Any, tokenizer: Any, config: TrainConfig, settings: EvalSettings
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Plays the held-out tasks and measures them.
+
+    Args:
+        config: the env, prompt and rollout settings (already :func:`prompt_config`'d).
+
+    Returns:
+        ``(summary, episodes)``: the numbers of ``summary.json`` and one dict per episode
+        (the lines of ``episodes.jsonl``), in seed order.
+    """
+    import torch
+
+    from training.local.rollout import collect
+    from training.local.train import config_envs
+
+    settings.check()
+    seeds = heldout_seeds(config, settings.episodes)
+    torch.manual_seed(config.run.seed)  # sampled evaluation is reproducible
+    episodes: list[dict[str, Any]] = []
+    valid_steps = steps = tokens = 0
+    tick = time.perf_counter()
+    for start in range(0, len(seeds), settings.batch_size):
+        chunk = seeds[start : start + settings.batch_size]
+        envs = config_envs(config, len(chunk), 1)
+        try:
+            rollout = collect(
+                model,
+                tokenizer,
+                envs,
+                seed=chunk,
+                max_new_tokens=config.rollout.max_new_tokens,
+                temperature=settings.temperature,
+                top_p=settings.top_p if settings.temperature > 0 else 1.0,
+                top_k=0,
+                response_prefix=config.rollout.response_prefix,
+                stop_text=config.rollout.stop_text,
+                share_prefix=config.model.share_prefix,
+            )
+        finally:
+            envs.close()
+        episodes += _episodes(rollout, chunk, first_index=start)
+        valid_steps += int(np.sum(rollout.records.is_action_valid))
+        steps += len(rollout.records)
+        tokens += rollout.generated_tokens
+    won = [e["won"] for e in episodes]
+    returns = [e["return"] for e in episodes]
+    low, high = wilson_interval(sum(won), len(won))
+    mean_return, half = mean_ci(returns)
+    summary = {
+        "success_rate": sum(won) / len(won),
+        "success_rate_ci95": [low, high],
+        "mean_return": mean_return,
+        "mean_return_ci95": [mean_return - half, mean_return + half],
+        "valid_action_rate": valid_steps / steps if steps else float("nan"),
+        "mean_episode_length": float(np.mean([e["length"] for e in episodes])),
+        "episodes": len(episodes),
+        "steps": steps,
+        "generated_tokens": tokens,
+        "seconds": time.perf_counter() - tick,
+        "seeds": seeds,
+    }
+    return summary, episodes
+
+
+def resolve_model(model: str, config: TrainConfig, out: Path) -> tuple[Path, Path | None]:
+    """``(model directory, checkpoint file or None)`` for ``--model``.
+
+    A run directory of ours (``config.json`` and ``checkpoint/state.pt``) or its
+    ``checkpoint/`` gives the base model its config names and the checkpoint's weights;
+    anything else is ``model.name_or_path`` (``smollm2``, ``tiny-random``, a model dir).
+    """
+    from training.local.model import resolve_model_path
+
+    run = _run_dir(model)
+    if run is not None:
+        saved = load_config(run / "config.json")
+        return resolve_model_path(saved.model, run), _checkpoint_file(run)
+    settings = config.model
+    settings.name_or_path = model
+    return resolve_model_path(settings, out), None
+
+
+def load_policy(model: str, config: TrainConfig, out: Path) -> tuple[Any, Any, Path]:
+    """The model (with a run's trained weights) and tokenizer; also the model directory."""
+    import torch
+
+    from training.local.model import load_model, load_tokenizer
+
+    path, checkpoint = resolve_model(model, config, out)
+    tokenizer = load_tokenizer(path)
+    policy = load_model(path, config.model.dtype, trainable=False, device=config.model.device)
+    if checkpoint is not None:
+        try:
+            state = torch.load(checkpoint, map_location="cpu", weights_only=False)
+            policy.load_state_dict(state["model"])
+        except Exception as exc:  # corrupt file, another model: say which file
+            raise RuntimeError(f"cannot load the weights in {checkpoint}: {exc}") from exc
+    return policy, tokenizer, path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m training.evaluate",
+        description="Play held-out tasks of a gigpo env with a model; report success with a "
+        "95%% interval, mean return, valid-action rate and episode length.",
+        epilog="Any --section.key=value overrides the config (e.g. --env.id=gigpo/Sokoban-v0 "
+        "--env.kwargs='{max_steps: 10}'), as for python -m training.local.",
+    )
+    parser.add_argument(
+        "--model",
+        required=True,
+        help="a run directory of ours (its checkpoint), smollm2, tiny-random or a HF model dir",
+    )
+    parser.add_argument(
+        "--config",
+        default=None,
+        help="YAML config or shipped config name (default: the run's own config for a run "
+        "directory, else the trainer's defaults)",
+    )
+    parser.add_argument("--episodes", type=int, default=None, help="default: env.eval_groups")
+    parser.add_argument("--temperature", type=float, default=None, help="0: greedy (default)")
+    parser.add_argument("--top-p", type=float, default=1.0)
+    parser.add_argument("--prompt", choices=PROMPTS, default="template")
+    parser.add_argument("--max-new-tokens", type=int, default=None)
+    parser.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE)
+    parser.add_argument("--out", default="runs/evaluate")
+    args, overrides = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
+    out = Path(args.out)
+    try:
+        config = _config(args.model, args.config, overrides)
+        settings = EvalSettings(
+            episodes=config.env.eval_groups if args.episodes is None else args.episodes,
+            temperature=(
+                config.rollout.eval_temperature if args.temperature is None else args.temperature
+            ),
+            top_p=args.top_p,
+            prompt=args.prompt,
+            max_new_tokens=args.max_new_tokens,
+            batch_size=args.batch_size,
+        )
+        settings.check()
+        config = prompt_config(config, settings)
+    except ConfigError as exc:
+        parser.error(str(exc))
+    out.mkdir(parents=True, exist_ok=True)
+    try:
+        policy, tokenizer, path = load_policy(args.model, config, out)
+    except (FileNotFoundError, RuntimeError, ValueError) as exc:
+        parser.error(str(exc))
+    summary, episodes = play(policy, tokenizer, config, settings)
+    summary = {
+        "model": args.model,
+        "model_dir": str(path),
+        "env_id": config.env.id,
+        "env_kwargs": config.env.kwargs,
+        "heldout_fraction": config.env.heldout_fraction,
+        "run_seed": config.run.seed,
+        "prompt": settings.prompt,
+        "temperature": settings.temperature,
+        "top_p": settings.top_p if settings.temperature > 0 else 1.0,
+        "max_new_tokens": config.rollout.max_new_tokens,
+        **summary,
+    }
+    _write_json_lines(out / "episodes.jsonl", episodes)
+    (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    print(json.dumps(summary))
+    low, high = summary["success_rate_ci95"]
+    print(
+        f"{summary['episodes']} episodes of {config.env.id}: success {summary['success_rate']:.3f}"
+        f" (95% CI {low:.3f}-{high:.3f}), mean return {summary['mean_return']:+.3f}, valid "
+        f"actions {summary['valid_action_rate']:.3f}, mean length "
+        f"{summary['mean_episode_length']:.2f}; episodes in {out / 'episodes.jsonl'}",
+        file=sys.stderr,
+    )
+    return 0
+
+
+# ----------------------------------------------------------------------------- internals
+
+
+def _run_dir(model: str) -> Path | None:
+    """The run directory ``model`` names (itself or the parent of its ``checkpoint/``)."""
+    path = Path(model).expanduser()
+    for candidate in (path, path.parent):
+        if (candidate / "config.json").is_file() and (candidate / "checkpoint").is_dir():
+            if candidate == path.parent and path.name != "checkpoint":
+                continue
+            return candidate
+    return None
+
+
+def _checkpoint_file(run: Path) -> Path:
+    from training.local.checkpoint import CHECKPOINT_DIR
+
+    for name in (CHECKPOINT_DIR, CHECKPOINT_DIR + ".old"):
+        state = run / name / "state.pt"
+        if state.is_file():
+            return state
+    raise FileNotFoundError(f"{run} has a checkpoint directory but no state.pt in it")
+
+
+def _config(model: str, config: str | None, overrides: list[str]) -> TrainConfig:
+    if config is None and (run := _run_dir(model)) is not None:
+        config = str(run / "config.json")
+    return load_config(config, overrides)
+
+
+def _episodes(rollout: Any, seeds: list[int], first_index: int) -> list[dict[str, Any]]:
+    records = rollout.records
+    episodes = [
+        {
+            "episode": first_index + k,
+            "seed": int(seed),
+            "task": None,
+            "won": bool(rollout.episode_won[k]),
+            "return": float(rollout.episode_returns[k]),
+            "length": int(rollout.episode_lengths[k]),
+            "steps": [],
+        }
+        for k, seed in enumerate(seeds)
+    ]
+    for i, traj in enumerate(records.traj_ids):
+        episode = episodes[traj]
+        if episode["task"] is None:
+            episode["task"] = records.anchors[i]
+        episode["steps"].append(
+            {
+                "observation": records.observations[i],
+                "action": records.actions[i],
+                "reward": float(records.rewards[i]),
+                "valid": bool(records.is_action_valid[i]),
+            }
+        )
+    return episodes
+
+
+def _write_json_lines(path: Path, rows: list[dict[str, Any]]) -> None:
+    temporary = path.with_name(f".{path.name}.tmp")
+    with temporary.open("w") as stream:
+        for row in rows:
+            stream.write(json.dumps(row) + "\n")
+    temporary.replace(path)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
