@@ -33,8 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gigpo_algo.estimators import ESTIMATORS
-from training.local.config import ConfigError, TrainConfig, load_config
+from training.local.config import TRAINER_ESTIMATORS, ConfigError, TrainConfig, load_config
 from training.local.metrics import read_metrics
 from training.stats import mean_ci
 
@@ -93,9 +92,9 @@ def plan_runs(
     Raises:
         ConfigError: a bad config, estimator or seed list.
     """
-    unknown = [e for e in estimators if e not in ESTIMATORS]
+    unknown = [e for e in estimators if e not in TRAINER_ESTIMATORS]
     if unknown or not estimators:
-        raise ConfigError(f"--estimators must name some of {ESTIMATORS}, got {estimators}")
+        raise ConfigError(f"--estimators must name some of {TRAINER_ESTIMATORS}, got {estimators}")
     if not seeds or len(set(seeds)) != len(seeds) or min(seeds) < 0:
         raise ConfigError(f"--seeds must be distinct non-negative ints, got {seeds}")
     names = [Path(c).stem for c in configs]
@@ -234,7 +233,8 @@ def plot_study(study: dict[str, Any], path: Path) -> Path:
     fig, axes = plt.subplots(len(study), 3, figsize=(15, 3.8 * len(study)), squeeze=False)
     for row, (name, by_estimator) in enumerate(study.items()):
         for index, (estimator, entry) in enumerate(by_estimator.items()):
-            color = f"C{ESTIMATORS.index(estimator) if estimator in ESTIMATORS else index}"
+            known = estimator in TRAINER_ESTIMATORS
+            color = f"C{TRAINER_ESTIMATORS.index(estimator) if known else index}"
             for ax, (key, x_key, title) in zip(axes[row], panels, strict=True):
                 curves = [c for c in entry["curves"] if c[key]]
                 if not curves:
@@ -268,7 +268,7 @@ def main(argv: list[str] | None = None) -> int:
         "and a plot with 95% confidence intervals.",
     )
     parser.add_argument("--config", action="append", required=True, help="YAML (repeatable)")
-    parser.add_argument("--estimators", nargs="+", default=list(ESTIMATORS))
+    parser.add_argument("--estimators", nargs="+", default=list(TRAINER_ESTIMATORS))
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--out", default="runs/study")
     parser.add_argument("--jobs", type=int, default=2, help="runs trained at once")

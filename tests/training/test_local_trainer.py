@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from training.local.config import load_config
+from training.local.config import TRAINER_ESTIMATORS, load_config
 from training.local.metrics import read_metrics
 from training.local.train import train
 
@@ -39,7 +39,7 @@ def _initial_params(model_dir):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("estimator", ["gigpo", "grpo", "rloo"])
+@pytest.mark.parametrize("estimator", ["gigpo", "grpo", "rloo", "ppo"])
 @pytest.mark.parametrize("env_id", sorted(ENV_ARGS))
 def test_two_iterations_run_and_update_the_model(
     tiny_config, tiny_model_dir, tmp_path, env_id, estimator
@@ -92,7 +92,7 @@ def test_checkpoint_then_resume_reproduces_next_iteration(tiny_config, tmp_path)
 def test_every_shipped_config_loads(path):
     config = load_config(path)
     assert config.run.iterations >= 1
-    for estimator in ("gigpo", "grpo", "rloo"):  # the quick start's --baseline, the study
+    for estimator in TRAINER_ESTIMATORS:  # the quick start's --baseline, the study
         load_config(path, [f"--algo.estimator={estimator}"])
 
 

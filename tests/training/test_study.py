@@ -58,8 +58,10 @@ def test_a_setting_an_estimator_ignores_stops_the_study_before_training(tmp_path
     with pytest.raises(ConfigError, match="algo.step_weight=0.5 is not used by"):
         plan_runs([config], ["gigpo", "grpo"], [0], tmp_path / "study")
     assert not (tmp_path / "study" / "runs").exists()
-    with pytest.raises(ConfigError, match="--estimators"):
+    with pytest.raises(ConfigError, match="algo.estimator='ppo'"):
         plan_runs([config], ["ppo"], [0], tmp_path / "study")
+    with pytest.raises(ConfigError, match="--estimators"):
+        plan_runs([config], ["a2c"], [0], tmp_path / "study")
     with pytest.raises(ConfigError, match="--seeds"):
         plan_runs([config], ["gigpo"], [1, 1], tmp_path / "study")
 
