@@ -130,7 +130,7 @@ def test_openrlhf_launcher_from_an_install(installed):
 
 
 def test_console_scripts_and_top_level_modules(installed):
-    for script in ("gigpo-quickstart", "gigpo-view", "gigpo-train"):
+    for script in ("gigpo-evaluate", "gigpo-quickstart", "gigpo-view", "gigpo-train"):
         done = _run([str(installed["venv"] / "bin" / script), "--help"], cwd=installed["cwd"])
         assert "usage" in done.stdout.lower(), script
     # A folder of the user's own named ``training`` shadows ours for ``python -m training.*``
