@@ -78,16 +78,20 @@ def check_resume(config: TrainConfig) -> None:
 
 def learning_rate(config: TrainConfig, iteration: int) -> float:
     """The learning rate of iteration ``iteration`` (0-based): linear warmup, then constant."""
+    return config.optim.lr * _warmup_factor(config, iteration)
+
+
+def _warmup_factor(config: TrainConfig, iteration: int) -> float:
+    """``min(1, (iteration + 1) / optim.warmup_iterations)``; 1 without warmup."""
     warmup = config.optim.warmup_iterations
-    return config.optim.lr * (min(1.0, (iteration + 1) / warmup) if warmup else 1.0)
+    return min(1.0, (iteration + 1) / warmup) if warmup else 1.0
 
 
 def critic_learning_rate(config: TrainConfig, iteration: int) -> float:
     """PPO's critic learning rate at ``iteration``: ``optim.critic_lr`` (default
     ``optim.lr``) with the policy's warmup."""
     base = config.optim.lr if config.optim.critic_lr is None else config.optim.critic_lr
-    warmup = config.optim.warmup_iterations
-    return base * (min(1.0, (iteration + 1) / warmup) if warmup else 1.0)
+    return base * _warmup_factor(config, iteration)
 
 
 def train(config: TrainConfig) -> list[dict[str, Any]]:
