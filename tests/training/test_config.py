@@ -55,7 +55,7 @@ def test_yaml_then_overrides(tmp_path):
         ("env: 3\n", [], "env must be a mapping"),
         ("- a\n- b\n", [], "must hold a mapping"),
         ("env: [unclosed\n", [], "not valid YAML"),
-        ("", ["--algo.estimator=ppo"], "algo.estimator must be one of"),
+        ("", ["--algo.estimator=dapo"], "algo.estimator must be one of"),
         ("", ["--algo.nope=1"], "unknown config key"),
         # the env's own max_steps is the one step limit
         ("env:\n  max_turns: 3\n", [], r"env.max_turns was removed: .* env.kwargs.max_steps"),

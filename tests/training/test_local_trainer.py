@@ -121,7 +121,7 @@ def test_smoke_config_runs_from_the_command_line(tmp_path, tiny_model_dir):
 
 def test_bad_cli_override_is_a_clear_error(tmp_path):
     result = subprocess.run(
-        [sys.executable, "-m", "training.local", "--algo.estimator=ppo", "--out", str(tmp_path)],
+        [sys.executable, "-m", "training.local", "--algo.estimator=dapo", "--out", str(tmp_path)],
         capture_output=True,
         text=True,
         cwd=REPO,
