@@ -22,9 +22,9 @@ action, reward and validity) into ``--out``, and prints the summary as one JSON 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,7 +32,6 @@ from typing import Any
 import numpy as np
 
 from training.local.config import ConfigError, TrainConfig, load_config
-from training.stats import mean_ci, wilson_interval
 
 #: Prompt variants.
 PROMPTS = ("template", "react")
@@ -97,21 +96,12 @@ def prompt_config(config: TrainConfig, settings: EvalSettings) -> TrainConfig:
     return out
 
 
-def heldout_seeds(config: TrainConfig, episodes: int) -> list[int]:
-    """The first ``episodes`` held-out task seeds of the config (the trainer's own)."""
-    from training.local.train import task_split
-
-    split = task_split(config)
-    try:
-        return split.heldout_seeds(config.run.seed, episodes)
-    finally:
-        split.close()
-
-
 def play(
     model: Any, tokenizer: Any, config: TrainConfig, settings: EvalSettings
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """Plays the held-out tasks and measures them.
+    """Plays ``settings.episodes`` held-out tasks with the trainer's own
+    :func:`training.local.train.play_heldout` (same seeds, same measures), with torch's
+    generator seeded from ``run.seed`` first so that sampled evaluation is reproducible.
 
     Args:
         config: the env, prompt and rollout settings (already :func:`prompt_config`'d).
@@ -122,56 +112,19 @@ def play(
     """
     import torch
 
-    from training.local.rollout import collect
-    from training.local.train import config_envs
+    from training.local.train import play_heldout
 
     settings.check()
-    seeds = heldout_seeds(config, settings.episodes)
-    torch.manual_seed(config.run.seed)  # sampled evaluation is reproducible
-    episodes: list[dict[str, Any]] = []
-    valid_steps = steps = tokens = 0
-    tick = time.perf_counter()
-    for start in range(0, len(seeds), settings.batch_size):
-        chunk = seeds[start : start + settings.batch_size]
-        envs = config_envs(config, len(chunk), 1)
-        try:
-            rollout = collect(
-                model,
-                tokenizer,
-                envs,
-                seed=chunk,
-                max_new_tokens=config.rollout.max_new_tokens,
-                temperature=settings.temperature,
-                top_p=settings.top_p if settings.temperature > 0 else 1.0,
-                top_k=0,
-                response_prefix=config.rollout.response_prefix,
-                stop_text=config.rollout.stop_text,
-                share_prefix=config.model.share_prefix,
-            )
-        finally:
-            envs.close()
-        episodes += _episodes(rollout, chunk, first_index=start)
-        valid_steps += int(np.sum(rollout.records.is_action_valid))
-        steps += len(rollout.records)
-        tokens += rollout.generated_tokens
-    won = [e["won"] for e in episodes]
-    returns = [e["return"] for e in episodes]
-    low, high = wilson_interval(sum(won), len(won))
-    mean_return, half = mean_ci(returns)
-    summary = {
-        "success_rate": sum(won) / len(won),
-        "success_rate_ci95": [low, high],
-        "mean_return": mean_return,
-        "mean_return_ci95": [mean_return - half, mean_return + half],
-        "valid_action_rate": valid_steps / steps if steps else float("nan"),
-        "mean_episode_length": float(np.mean([e["length"] for e in episodes])),
-        "episodes": len(episodes),
-        "steps": steps,
-        "generated_tokens": tokens,
-        "seconds": time.perf_counter() - tick,
-        "seeds": seeds,
-    }
-    return summary, episodes
+    torch.manual_seed(config.run.seed)
+    return play_heldout(
+        model,
+        tokenizer,
+        config,
+        settings.episodes,
+        temperature=settings.temperature,
+        top_p=settings.top_p,
+        batch_size=settings.batch_size,
+    )
 
 
 def resolve_model(model: str, config: TrainConfig, out: Path) -> tuple[Path, Path | None]:
@@ -187,9 +140,7 @@ def resolve_model(model: str, config: TrainConfig, out: Path) -> tuple[Path, Pat
     if run is not None:
         saved = load_config(run / "config.json")
         return resolve_model_path(saved.model, run), _checkpoint_file(run)
-    settings = config.model
-    settings.name_or_path = model
-    return resolve_model_path(settings, out), None
+    return resolve_model_path(dataclasses.replace(config.model, name_or_path=model), out), None
 
 
 def load_policy(model: str, config: TrainConfig, out: Path) -> tuple[Any, Any, Path]:
@@ -315,35 +266,6 @@ def _config(model: str, config: str | None, overrides: list[str]) -> TrainConfig
     if config is None and (run := _run_dir(model)) is not None:
         config = str(run / "config.json")
     return load_config(config, overrides)
-
-
-def _episodes(rollout: Any, seeds: list[int], first_index: int) -> list[dict[str, Any]]:
-    records = rollout.records
-    episodes = [
-        {
-            "episode": first_index + k,
-            "seed": int(seed),
-            "task": None,
-            "won": bool(rollout.episode_won[k]),
-            "return": float(rollout.episode_returns[k]),
-            "length": int(rollout.episode_lengths[k]),
-            "steps": [],
-        }
-        for k, seed in enumerate(seeds)
-    ]
-    for i, traj in enumerate(records.traj_ids):
-        episode = episodes[traj]
-        if episode["task"] is None:
-            episode["task"] = records.anchors[i]
-        episode["steps"].append(
-            {
-                "observation": records.observations[i],
-                "action": records.actions[i],
-                "reward": float(records.rewards[i]),
-                "valid": bool(records.is_action_valid[i]),
-            }
-        )
-    return episodes
 
 
 def _write_json_lines(path: Path, rows: list[dict[str, Any]]) -> None:

@@ -131,7 +131,9 @@ def test_a_run_directory_gives_the_trainers_own_held_out_numbers(
     policy, _, path = load_policy(str(run), config, tmp_path / "o")
     assert path == tiny_model_dir
     trained = torch.load(run / "checkpoint" / "state.pt", weights_only=False)["model"]
+    named = config.model.name_or_path
     base, _, _ = load_policy(str(tiny_model_dir), config, tmp_path / "o")
+    assert config.model.name_or_path == named  # --model does not rewrite the caller's config
     now, before = policy.state_dict(), base.state_dict()
     assert all(torch.equal(now[k], trained[k]) for k in trained)
     assert any(not torch.equal(before[k], trained[k]) for k in trained)

@@ -28,13 +28,20 @@ from training.local.model import (
     require_train_extra,
     resolve_model_path,
 )
-from training.local.rollout import Rollout, StepRecords, collect, make_envs
+from training.local.rollout import Rollout, StepRecords, collect, episode_rows, make_envs
 from training.local.tasks import EVAL_SEED_BASE, TaskSplit
 from training.local.tensorboard import ScalarLog
 from training.local.update import compute_advantages, ppo_targets, ppo_update, step_group_stats
 from training.rollouts import prune_rollouts, rows_from_result, write_rollouts
 
-__all__ = ["EVAL_SEED_BASE", "train", "evaluate", "train_seeds", "check_resume"]
+__all__ = [
+    "EVAL_SEED_BASE",
+    "train",
+    "evaluate",
+    "play_heldout",
+    "train_seeds",
+    "check_resume",
+]
 
 
 def train_seeds(config: TrainConfig, iteration: int, split: TaskSplit | None = None) -> list[int]:
@@ -302,24 +309,108 @@ def evaluate(
     model: Any, tokenizer: Any, config: TrainConfig, split: TaskSplit | None = None
 ) -> dict[str, float]:
     """Success rate, mean return and valid-action rate on held-out tasks (one rollout each,
-    the same tasks every time; never trained on: see :mod:`training.local.tasks`)."""
+    the same tasks every time; never trained on: see :mod:`training.local.tasks`), played
+    by :func:`play_heldout` at ``rollout.eval_temperature`` in one batch."""
     if config.env.eval_groups == 0:
         return {}
+    summary, _ = play_heldout(
+        model,
+        tokenizer,
+        config,
+        config.env.eval_groups,
+        temperature=config.rollout.eval_temperature,
+        batch_size=config.env.eval_groups,
+        split=split,
+    )
+    return {
+        "eval_success_rate": summary["success_rate"],
+        "eval_mean_return": summary["mean_return"],
+        "eval_valid_action_rate": summary["valid_action_rate"],
+    }
+
+
+def play_heldout(
+    model: Any,
+    tokenizer: Any,
+    config: TrainConfig,
+    episodes: int,
+    *,
+    temperature: float,
+    top_p: float = 1.0,
+    batch_size: int = 32,
+    split: TaskSplit | None = None,
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Plays the first ``episodes`` held-out tasks of the config, one rollout each, and
+    measures them. The trainer's evaluation and ``python -m training.evaluate`` both call it.
+
+    Args:
+        config: env, prompt and rollout settings (``max_new_tokens``, ``response_prefix``,
+            ``stop_text``); the seeds are ``split.heldout_seeds(config.run.seed, episodes)``.
+        temperature: 0 decodes greedily; top-p applies only when sampling; no top-k.
+        batch_size: episodes generated at once.
+        split: the run's task split (built from the config and closed again when None).
+
+    Returns:
+        ``(summary, episodes)``: ``success_rate`` with its 95% Wilson interval
+        (``success_rate_ci95``), ``mean_return`` with its 95% t interval, the
+        ``valid_action_rate`` per step, ``mean_episode_length`` (steps), ``episodes``,
+        ``steps``, ``generated_tokens``, ``seconds`` (wall) and ``seeds``; and one dict per
+        episode (:func:`training.local.rollout.episode_rows`), in seed order.
+    """
+    from training.stats import mean_ci, wilson_interval
+
     own_split = split is None
     split = split or task_split(config)
-    envs = config_envs(config, config.env.eval_groups, 1)
     try:
-        seeds = split.heldout_seeds(config.run.seed, config.env.eval_groups)
-        rollout = _play(model, tokenizer, envs, config, seed=seeds, evaluation=True)
+        seeds = split.heldout_seeds(config.run.seed, episodes)
     finally:
-        envs.close()
         if own_split:
             split.close()
-    return {
-        "eval_success_rate": float(rollout.episode_won.mean()),
-        "eval_mean_return": float(rollout.episode_returns.mean()),
-        "eval_valid_action_rate": float(np.mean(rollout.records.is_action_valid)),
+    r = config.rollout
+    rows: list[dict[str, Any]] = []
+    valid_steps = steps = tokens = 0
+    tick = time.perf_counter()
+    for start in range(0, len(seeds), batch_size):
+        chunk = seeds[start : start + batch_size]
+        envs = config_envs(config, len(chunk), 1)
+        try:
+            rollout = collect(
+                model,
+                tokenizer,
+                envs,
+                seed=chunk,
+                max_new_tokens=r.max_new_tokens,
+                temperature=temperature,
+                top_p=top_p if temperature > 0 else 1.0,
+                top_k=0,
+                response_prefix=r.response_prefix,
+                stop_text=r.stop_text,
+                share_prefix=config.model.share_prefix,
+            )
+        finally:
+            envs.close()
+        rows += episode_rows(rollout, chunk, first_index=start)
+        valid_steps += int(np.sum(rollout.records.is_action_valid))
+        steps += len(rollout.records)
+        tokens += rollout.generated_tokens
+    won = [row["won"] for row in rows]
+    returns = [row["return"] for row in rows]
+    low, high = wilson_interval(sum(won), len(won))
+    mean_return, half = mean_ci(returns)
+    summary = {
+        "success_rate": sum(won) / len(won),
+        "success_rate_ci95": [low, high],
+        "mean_return": mean_return,
+        "mean_return_ci95": [mean_return - half, mean_return + half],
+        "valid_action_rate": valid_steps / steps if steps else float("nan"),
+        "mean_episode_length": float(np.mean([row["length"] for row in rows])),
+        "episodes": len(rows),
+        "steps": steps,
+        "generated_tokens": tokens,
+        "seconds": time.perf_counter() - tick,
+        "seeds": seeds,
     }
+    return summary, rows
 
 
 def config_envs(config: TrainConfig, num_groups: int, group_size: int) -> Any:
@@ -338,16 +429,9 @@ def config_envs(config: TrainConfig, num_groups: int, group_size: int) -> Any:
 
 
 def _play(
-    model: Any,
-    tokenizer: Any,
-    envs: Any,
-    config: TrainConfig,
-    *,
-    seed: int | list[int],
-    evaluation: bool = False,
+    model: Any, tokenizer: Any, envs: Any, config: TrainConfig, *, seed: int | list[int]
 ) -> Rollout:
-    """:func:`collect` with the run's settings; ``evaluation`` samples at
-    ``rollout.eval_temperature`` without top-p / top-k."""
+    """:func:`collect` with the run's rollout settings."""
     r = config.rollout
     return collect(
         model,
@@ -355,9 +439,9 @@ def _play(
         envs,
         seed=seed,
         max_new_tokens=r.max_new_tokens,
-        temperature=r.eval_temperature if evaluation else r.temperature,
-        top_p=1.0 if evaluation else r.top_p,
-        top_k=0 if evaluation else r.top_k,
+        temperature=r.temperature,
+        top_p=r.top_p,
+        top_k=r.top_k,
         response_prefix=r.response_prefix,
         stop_text=r.stop_text,
         share_prefix=config.model.share_prefix,
