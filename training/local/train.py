@@ -366,7 +366,6 @@ def play_heldout(
     finally:
         if own_split:
             split.close()
-    r = config.rollout
     rows: list[dict[str, Any]] = []
     valid_steps = steps = tokens = 0
     tick = time.perf_counter()
@@ -374,18 +373,13 @@ def play_heldout(
         chunk = seeds[start : start + batch_size]
         envs = config_envs(config, len(chunk), 1)
         try:
-            rollout = collect(
+            rollout = _play(
                 model,
                 tokenizer,
                 envs,
+                config,
                 seed=chunk,
-                max_new_tokens=r.max_new_tokens,
-                temperature=temperature,
-                top_p=top_p if temperature > 0 else 1.0,
-                top_k=0,
-                response_prefix=r.response_prefix,
-                stop_text=r.stop_text,
-                share_prefix=config.model.share_prefix,
+                sampling=(temperature, top_p if temperature > 0 else 1.0, 0),
             )
         finally:
             envs.close()
@@ -429,19 +423,27 @@ def config_envs(config: TrainConfig, num_groups: int, group_size: int) -> Any:
 
 
 def _play(
-    model: Any, tokenizer: Any, envs: Any, config: TrainConfig, *, seed: int | list[int]
+    model: Any,
+    tokenizer: Any,
+    envs: Any,
+    config: TrainConfig,
+    *,
+    seed: int | list[int],
+    sampling: tuple[float, float, int] | None = None,
 ) -> Rollout:
-    """:func:`collect` with the run's rollout settings."""
+    """:func:`collect` with the run's rollout settings; ``sampling`` is
+    ``(temperature, top_p, top_k)`` in place of the run's ``rollout`` ones."""
     r = config.rollout
+    temperature, top_p, top_k = sampling or (r.temperature, r.top_p, r.top_k)
     return collect(
         model,
         tokenizer,
         envs,
         seed=seed,
         max_new_tokens=r.max_new_tokens,
-        temperature=r.temperature,
-        top_p=r.top_p,
-        top_k=r.top_k,
+        temperature=temperature,
+        top_p=top_p,
+        top_k=top_k,
         response_prefix=r.response_prefix,
         stop_text=r.stop_text,
         share_prefix=config.model.share_prefix,
