@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from training.files import atomic_write_text
 from training.local.config import ConfigError, TrainConfig, load_config
 
 #: Prompt variants.
@@ -128,36 +129,41 @@ def play(
 
 
 def resolve_model(model: str, config: TrainConfig, out: Path) -> tuple[Path, Path | None]:
-    """``(model directory, checkpoint file or None)`` for ``--model``.
+    """``(model directory, checkpoint directory or None)`` for ``--model``.
 
-    A run directory of ours (``config.json`` and ``checkpoint/state.pt``) or its
-    ``checkpoint/`` gives the base model its config names and the checkpoint's weights;
-    anything else is ``model.name_or_path`` (``smollm2``, ``tiny-random``, a model dir).
+    A run directory of ours (``config.json`` and a ``checkpoint/``, or the ``checkpoint.tmp/``
+    or ``checkpoint.old/`` a crash mid-save left) or its ``checkpoint/`` gives the base model
+    its config names and the checkpoint's weights (``model.safetensors``); anything else is
+    ``model.name_or_path`` (``smollm2``, ``tiny-random``, a model dir). The run directory is
+    only read.
+
+    Raises:
+        UnsafeCheckpointError: the run's checkpoint is in the old pickled format.
+        FileNotFoundError: a run directory with no whole checkpoint.
     """
     from training.local.model import resolve_model_path
 
     run = _run_dir(model)
     if run is not None:
         saved = load_config(run / "config.json")
-        return resolve_model_path(saved.model, run), _checkpoint_file(run)
+        return resolve_model_path(saved.model, run), _checkpoint_dir(run)
     return resolve_model_path(dataclasses.replace(config.model, name_or_path=model), out), None
 
 
 def load_policy(model: str, config: TrainConfig, out: Path) -> tuple[Any, Any, Path]:
     """The model (with a run's trained weights) and tokenizer; also the model directory."""
-    import torch
-
+    from training.local.checkpoint import load_weights
     from training.local.model import load_model, load_tokenizer
 
     path, checkpoint = resolve_model(model, config, out)
     tokenizer = load_tokenizer(path)
     policy = load_model(path, config.model.dtype, trainable=False, device=config.model.device)
     if checkpoint is not None:
+        weights = checkpoint / "model.safetensors"
         try:
-            state = torch.load(checkpoint, map_location="cpu", weights_only=False)
-            policy.load_state_dict(state["model"])
+            load_weights(policy, weights)
         except Exception as exc:  # corrupt file, another model: say which file
-            raise RuntimeError(f"cannot load the weights in {checkpoint}: {exc}") from exc
+            raise RuntimeError(f"cannot load the weights in {weights}: {exc}") from exc
     return policy, tokenizer, path
 
 
@@ -225,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
         **summary,
     }
     _write_json_lines(out / "episodes.jsonl", episodes)
-    (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    atomic_write_text(out / "summary.json", json.dumps(summary, indent=1) + "\n")
     print(json.dumps(summary))
     low, high = summary["success_rate_ci95"]
     print(
@@ -242,24 +248,32 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run_dir(model: str) -> Path | None:
-    """The run directory ``model`` names (itself or the parent of its ``checkpoint/``)."""
+    """The run directory ``model`` names (itself or the parent of its ``checkpoint/``): a
+    ``config.json`` beside a ``checkpoint/``, ``checkpoint.tmp/`` or ``checkpoint.old/``."""
+    from training.local.checkpoint import CHECKPOINT_DIR, OLD_SUFFIX, STAGING_SUFFIX
+
     path = Path(model).expanduser()
+    names = [CHECKPOINT_DIR + suffix for suffix in ("", STAGING_SUFFIX, OLD_SUFFIX)]
     for candidate in (path, path.parent):
-        if (candidate / "config.json").is_file() and (candidate / "checkpoint").is_dir():
-            if candidate == path.parent and path.name != "checkpoint":
-                continue
+        if candidate == path.parent and path.name not in names:
+            continue
+        if (candidate / "config.json").is_file() and any(
+            (candidate / name).is_dir() for name in names
+        ):
             return candidate
     return None
 
 
-def _checkpoint_file(run: Path) -> Path:
-    from training.local.checkpoint import CHECKPOINT_DIR
+def _checkpoint_dir(run: Path) -> Path:
+    from training.local.checkpoint import find_checkpoint, read_state
 
-    for name in (CHECKPOINT_DIR, CHECKPOINT_DIR + ".old"):
-        state = run / name / "state.pt"
-        if state.is_file():
-            return state
-    raise FileNotFoundError(f"{run} has a checkpoint directory but no state.pt in it")
+    found = find_checkpoint(run)
+    if found is None:
+        raise FileNotFoundError(
+            f"{run} is a run directory but holds no whole checkpoint (no checkpoint/state.json)"
+        )
+    read_state(found)  # ValueError naming the file when it is not this format
+    return found
 
 
 def _config(model: str, config: str | None, overrides: list[str]) -> TrainConfig:

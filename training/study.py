@@ -22,6 +22,7 @@ resumes from its checkpoint). ``--quick`` cuts every run to a sixth of its itera
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import math
 import os
@@ -33,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from training.files import atomic_write_bytes, atomic_write_text
 from training.local.config import TRAINER_ESTIMATORS, ConfigError, TrainConfig, load_config
 from training.local.metrics import read_metrics
 from training.stats import mean_ci
@@ -139,7 +141,7 @@ def run_all(runs: list[Run], jobs: int, log: Any = sys.stderr) -> None:
         seconds = time.perf_counter() - tick
         if code != 0:
             raise RuntimeError(f"{run.out} failed (exit {code}); see {run.out / 'train.log'}")
-        (run.out / "wall_seconds.txt").write_text(f"{seconds:.1f}\n")
+        atomic_write_text(run.out / "wall_seconds.txt", f"{seconds:.1f}\n")
         print(f"done {run.name} {run.estimator} seed {run.seed} in {seconds:.0f} s", file=log)
 
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
@@ -256,7 +258,9 @@ def plot_study(study: dict[str, Any], path: Path) -> Path:
                 ax.set_ylim(-0.05, 1.05)
         axes[row][0].legend(loc="lower right")
     fig.tight_layout()
-    fig.savefig(path, dpi=90)
+    buffer = io.BytesIO()
+    fig.savefig(buffer, dpi=90, format=Path(path).suffix.lstrip(".") or "png")
+    atomic_write_bytes(path, buffer.getvalue())
     plt.close(fig)
     return path
 
@@ -298,8 +302,8 @@ def main(argv: list[str] | None = None) -> int:
         f"{os.cpu_count()} CPU cores."
     )
     out.mkdir(parents=True, exist_ok=True)
-    (out / "study.md").write_text(write_table(study, configs, header))
-    (out / "study.json").write_text(json.dumps(study, indent=1) + "\n")
+    atomic_write_text(out / "study.md", write_table(study, configs, header))
+    atomic_write_text(out / "study.json", json.dumps(study, indent=1) + "\n")
     plot_study(study, out / "study.png")
     print((out / "study.md").read_text())
     return 0

@@ -15,6 +15,7 @@ from sample_data import sample_dir
 
 import gigpo_envs  # noqa: F401  (registers the ids)
 from training.evaluate import REACT_INSTRUCTION, main
+from training.local.checkpoint import read_checkpoint
 from training.local.config import load_config
 from training.stats import wilson_interval
 
@@ -130,7 +131,7 @@ def test_a_run_directory_gives_the_trainers_own_held_out_numbers(
     config = load_config(run / "config.json")
     policy, _, path = load_policy(str(run), config, tmp_path / "o")
     assert path == tiny_model_dir
-    trained = torch.load(run / "checkpoint" / "state.pt", weights_only=False)["model"]
+    trained = read_checkpoint(run / "checkpoint")["model"]
     named = config.model.name_or_path
     base, _, _ = load_policy(str(tiny_model_dir), config, tmp_path / "o")
     assert config.model.name_or_path == named  # --model does not rewrite the caller's config
@@ -200,7 +201,11 @@ def test_a_missing_model_or_a_broken_checkpoint_is_a_clear_error(tmp_path, capsy
     (run / "checkpoint").mkdir(parents=True)
     config = load_config("smoke", [f"--out={run}", "--model.tiny_warmup_steps=0"])
     (run / "config.json").write_text(json.dumps(config.to_dict()))
-    (run / "checkpoint" / "state.pt").write_bytes(b"not a checkpoint")
+    rng = dict.fromkeys(("python", "numpy", "torch", "generator"))
+    (run / "checkpoint" / "state.json").write_text(
+        json.dumps({"format": 2, "iteration": 1, "rng": rng})
+    )
+    (run / "checkpoint" / "model.safetensors").write_bytes(b"not a checkpoint")
     with pytest.raises(SystemExit):
         main(["--model", str(run), "--out", str(tmp_path / "o")])
     assert "cannot load the weights" in capsys.readouterr().err

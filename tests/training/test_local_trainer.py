@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from training.local.checkpoint import read_checkpoint
 from training.local.config import TRAINER_ESTIMATORS, load_config
 from training.local.metrics import read_metrics
 from training.local.train import train
@@ -28,7 +29,7 @@ ENV_ARGS = {
 
 
 def _params(run_dir):
-    state = torch.load(run_dir / "checkpoint" / "state.pt", weights_only=False)
+    state = read_checkpoint(run_dir / "checkpoint")
     return state["model"]
 
 
@@ -115,7 +116,7 @@ def test_smoke_config_runs_from_the_command_line(tmp_path, tiny_model_dir):
     rows = read_metrics(out)
     assert [r["iteration"] for r in rows] == [0, 1]
     assert all(math.isfinite(r["loss"]) for r in rows)
-    assert (out / "curve.png").exists() and (out / "checkpoint" / "state.pt").exists()
+    assert (out / "curve.png").exists() and (out / "checkpoint" / "state.json").exists()
     assert "metrics in" in result.stdout
 
 

@@ -76,7 +76,7 @@ def test_no_checkpoint_means_a_fresh_start(tmp_path):
 def test_corrupt_checkpoint_is_a_clear_error(tmp_path):
     model, optimizer = _model_and_optimizer()
     (tmp_path / "checkpoint").mkdir()
-    (tmp_path / "checkpoint" / "state.pt").write_bytes(b"not a checkpoint")
+    (tmp_path / "checkpoint" / "state.json").write_bytes(b"not a checkpoint")
     with pytest.raises(RuntimeError, match="cannot resume from"):
         load_checkpoint(
             tmp_path, model=model, optimizer=optimizer, generator=np.random.default_rng()

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from training.local.checkpoint import read_checkpoint
 from training.local.config import ConfigError, load_config
 from training.local.critic import load_critic, token_values
 from training.local.metrics import read_metrics
@@ -150,7 +151,7 @@ def test_value_loss_falls_as_the_critic_learns_the_returns(tiny_config, tmp_path
     for row in rows:
         for key in ("value_clip_frac", "critic_grad_norm", "return_mean", "loss", "clip_frac"):
             assert math.isfinite(row[key]), key
-    state = torch.load(tmp_path / "run" / "checkpoint" / "state.pt", weights_only=False)
+    state = read_checkpoint(tmp_path / "run" / "checkpoint")
     assert "value_head.weight" in state["critic"] and state["critic_optimizer"]["state"]
 
 
@@ -164,8 +165,8 @@ def test_ppo_resume_reproduces_the_next_iteration_and_the_critic(tiny_config, tm
     assert [r["iteration"] for r in resumed_rows] == [1]
     for key in rows[1].keys() - {k for k in rows[1] if k.startswith("time_")}:
         assert resumed_rows[0][key] == rows[1][key], key
-    a = torch.load(tmp_path / "straight" / "checkpoint" / "state.pt", weights_only=False)
-    b = torch.load(tmp_path / "resumed" / "checkpoint" / "state.pt", weights_only=False)
+    a = read_checkpoint(tmp_path / "straight" / "checkpoint")
+    b = read_checkpoint(tmp_path / "resumed" / "checkpoint")
     for part in ("model", "critic"):
         assert all(torch.equal(a[part][k], b[part][k]) for k in a[part]), part
     assert [r["iteration"] for r in read_metrics(tmp_path / "resumed")] == [0, 1]

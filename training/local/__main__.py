@@ -23,13 +23,18 @@ def main(argv: list[str] | None = None) -> int:
         config = load_config(args.config, overrides)
     except ConfigError as exc:
         parser.error(str(exc))
-    from training.local.train import ResumeConfigError, check_resume, train
+    from training.local.checkpoint import UnsafeCheckpointError
+    from training.local.train import ResumeConfigError, TrainingDivergedError, check_resume, train
 
     try:
         check_resume(config)
-    except ResumeConfigError as exc:
+    except (ResumeConfigError, UnsafeCheckpointError) as exc:
         parser.error(str(exc))
-    rows = train(config)
+    try:
+        rows = train(config)
+    except TrainingDivergedError as exc:
+        print(f"{parser.prog}: training diverged: {exc}", file=sys.stderr)
+        return 1
     if rows:
         last = rows[-1]
         print(

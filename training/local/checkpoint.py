@@ -1,5 +1,23 @@
-"""Checkpoints for exact resume: model, optimizer, PPO's critic and its optimizer (when the
-run has one), every RNG state, and the iteration counter.
+"""Checkpoints for exact resume, stored as data that runs no code when read.
+
+``out/checkpoint/`` holds:
+
+- ``model.safetensors`` (and ``critic.safetensors`` for ``algo.estimator: ppo``): the
+  weights, in safetensors (a header and raw tensor bytes; nothing in it is executed);
+- ``optimizer.pt`` (and ``critic_optimizer.pt``): the optimizer's ``state_dict``, read back
+  with ``torch.load(..., weights_only=True)``, whose unpickler builds only tensors and plain
+  containers and refuses anything else (a planted ``__reduce__`` is an error, not a call);
+- ``state.json``, written last: the format version, the iteration counter and every RNG
+  state (Python's, NumPy's global one, torch's CPU one, the trainer's own generator).
+
+A directory without ``state.json`` is incomplete and never read. A checkpoint in the old
+pickled format (one ``state.pt``) is refused; ``python -m training.local.checkpoint
+--trust-pickle RUN_DIR`` converts one whose origin you trust (loading a pickle runs
+whatever code it holds).
+
+A save writes ``checkpoint.tmp/`` and then swaps it in with two renames (the old checkpoint
+becomes ``checkpoint.old/`` for that instant). :func:`recover_checkpoint` finishes a swap a
+crash interrupted; :func:`find_checkpoint` reads without touching the directory.
 
 The environments need no state of their own: iteration ``k`` resets them with a seed that is
 a function of ``k`` (see :func:`training.local.train.train_seeds`).
@@ -7,14 +25,30 @@ a function of ``k`` (see :func:`training.local.train.train_seeds`).
 
 from __future__ import annotations
 
+import argparse
+import json
 import random
 import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from training.files import atomic_write_text
+
 CHECKPOINT_DIR = "checkpoint"
+#: The file written last; a checkpoint directory without it is incomplete.
+STATE_FILE = "state.json"
+#: The old pickled format's only file.
+PICKLED_FILE = "state.pt"
+FORMAT = 2
+#: Where a save stages the new checkpoint, and where the old one waits during the swap.
+STAGING_SUFFIX, OLD_SUFFIX = ".tmp", ".old"
+
+
+class UnsafeCheckpointError(RuntimeError):
+    """A checkpoint in the old pickled format: reading it could run code; it is refused."""
 
 
 def save_checkpoint(
@@ -27,7 +61,8 @@ def save_checkpoint(
     critic: Any = None,
     critic_optimizer: Any = None,
 ) -> Path:
-    """Writes ``out/checkpoint/state.pt`` atomically (a crash mid-write keeps the old one).
+    """Writes ``out/checkpoint/`` atomically (a crash at any instant keeps one whole
+    checkpoint, the old or the new, that :func:`recover_checkpoint` finds).
 
     Args:
         iteration: the number of iterations completed.
@@ -36,27 +71,40 @@ def save_checkpoint(
     """
     import torch
 
+    states = {"model": model.state_dict(), "optimizer": optimizer.state_dict()}
+    if critic is not None:
+        states["critic"] = critic.state_dict()
+        states["critic_optimizer"] = critic_optimizer.state_dict()
+    rng = {
+        "python": random.getstate(),
+        "numpy": np.random.get_state(),  # noqa: NPY002  (libraries draw from it)
+        "torch": torch.get_rng_state(),
+        "generator": generator.bit_generator.state,
+    }
+    return write_checkpoint(out, states, iteration=iteration, rng=rng)
+
+
+def write_checkpoint(
+    out: Path, states: dict[str, Any], *, iteration: int, rng: dict[str, Any]
+) -> Path:
+    """Writes state dicts (``model``, ``optimizer``, optionally ``critic`` and
+    ``critic_optimizer``) and the RNG states as ``out/checkpoint/``, staged and swapped in."""
+    import torch
+
     target = out / CHECKPOINT_DIR
-    staging = out / (CHECKPOINT_DIR + ".tmp")
+    staging = out / (CHECKPOINT_DIR + STAGING_SUFFIX)
+    old = out / (CHECKPOINT_DIR + OLD_SUFFIX)
     if staging.exists():
         shutil.rmtree(staging)
     staging.mkdir(parents=True)
-    state = {
-        "iteration": iteration,
-        "model": model.state_dict(),
-        "optimizer": optimizer.state_dict(),
-        "rng": {
-            "python": random.getstate(),
-            "numpy": np.random.get_state(),  # noqa: NPY002  (libraries draw from it)
-            "torch": torch.get_rng_state(),
-            "generator": generator.bit_generator.state,
-        },
-    }
-    if critic is not None:
-        state["critic"] = critic.state_dict()
-        state["critic_optimizer"] = critic_optimizer.state_dict()
-    torch.save(state, staging / "state.pt")
-    old = out / (CHECKPOINT_DIR + ".old")
+    for name in ("model", "critic"):
+        if name in states:
+            _write_tensors(staging / f"{name}.safetensors", states[name])
+    for name in ("optimizer", "critic_optimizer"):
+        if name in states:
+            torch.save(states[name], staging / f"{name}.pt")
+    state = {"format": FORMAT, "iteration": int(iteration), "rng": _rng_to_json(rng)}
+    atomic_write_text(staging / STATE_FILE, json.dumps(state) + "\n")
     if target.exists():
         if old.exists():
             shutil.rmtree(old)
@@ -65,6 +113,58 @@ def save_checkpoint(
     if old.exists():
         shutil.rmtree(old)
     return target
+
+
+def _complete(directory: Path) -> bool:
+    return (directory / STATE_FILE).is_file()
+
+
+def find_checkpoint(out: Path) -> Path | None:
+    """The directory of the newest whole checkpoint in run directory ``out``, without
+    changing anything: ``checkpoint/``, else the staged ``checkpoint.tmp/`` (whole when it
+    holds ``state.json``: the crash came during the swap), else ``checkpoint.old/``.
+
+    Raises:
+        UnsafeCheckpointError: the checkpoint is in the old pickled format.
+    """
+    out = Path(out)
+    for suffix in ("", STAGING_SUFFIX, OLD_SUFFIX):
+        directory = out / (CHECKPOINT_DIR + suffix)
+        if _complete(directory):
+            return directory
+    for suffix in ("", OLD_SUFFIX):
+        pickled = out / (CHECKPOINT_DIR + suffix) / PICKLED_FILE
+        if pickled.is_file():
+            raise UnsafeCheckpointError(_pickled_message(pickled, out))
+    return None
+
+
+def recover_checkpoint(out: Path) -> Path | None:
+    """Finishes a checkpoint swap a crash interrupted, and clears incomplete leftovers.
+
+    After it, ``out/checkpoint/`` is the newest whole checkpoint (or absent) and neither
+    ``checkpoint.tmp/`` nor ``checkpoint.old/`` exists.
+
+    Returns:
+        ``out/checkpoint`` when there is a checkpoint, else None.
+
+    Raises:
+        UnsafeCheckpointError: the checkpoint is in the old pickled format.
+    """
+    out = Path(out)
+    found = find_checkpoint(out)
+    target = out / CHECKPOINT_DIR
+    if found is not None and found != target:
+        if target.exists():
+            shutil.rmtree(target)  # incomplete: no state.json
+        found.rename(target)
+    for suffix in (STAGING_SUFFIX, OLD_SUFFIX):
+        leftover = out / (CHECKPOINT_DIR + suffix)
+        if leftover.exists():
+            shutil.rmtree(leftover)
+    if found is None and target.exists():
+        shutil.rmtree(target)  # a directory no save completed
+    return target if found is not None else None
 
 
 def load_checkpoint(
@@ -83,30 +183,226 @@ def load_checkpoint(
         The number of iterations completed, or None when there is no checkpoint.
 
     Raises:
+        UnsafeCheckpointError: the checkpoint is in the old pickled format.
         RuntimeError: the checkpoint exists but cannot be read or does not fit the model.
     """
     import torch
 
-    path = out / CHECKPOINT_DIR / "state.pt"
-    if not path.exists():
-        old = out / (CHECKPOINT_DIR + ".old") / "state.pt"
-        if not old.exists():
-            return None
-        path = old  # a crash between the two renames of save_checkpoint
+    directory = find_checkpoint(out)
+    if directory is None:
+        return None
     try:
-        state = torch.load(path, map_location="cpu", weights_only=False)
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
+        state = read_state(directory)
+        load_weights(model, directory / "model.safetensors")
+        optimizer.load_state_dict(_read_torch(directory / "optimizer.pt"))
         if critic is not None:
-            if "critic" not in state:
+            if not (directory / "critic.safetensors").is_file():
                 raise ValueError("it holds no critic (a run of an estimator without one)")
-            critic.load_state_dict(state["critic"])
-            critic_optimizer.load_state_dict(state["critic_optimizer"])
-        rng = state["rng"]
-    except Exception as exc:  # corrupt file, other model: say which file
-        raise RuntimeError(f"cannot resume from {path}: {exc}") from exc
+            load_weights(critic, directory / "critic.safetensors")
+            critic_optimizer.load_state_dict(_read_torch(directory / "critic_optimizer.pt"))
+        rng = _rng_from_json(state["rng"])
+    except Exception as exc:  # corrupt files, another model: say which checkpoint
+        raise RuntimeError(f"cannot resume from {directory}: {exc}") from exc
     random.setstate(rng["python"])
     np.random.set_state(rng["numpy"])  # noqa: NPY002
     torch.set_rng_state(rng["torch"])
     generator.bit_generator.state = rng["generator"]
     return int(state["iteration"])
+
+
+def read_state(directory: Path) -> dict[str, Any]:
+    """``state.json`` of a checkpoint directory, checked (format, iteration, RNG keys).
+
+    Raises:
+        ValueError: it is not JSON, or not this format.
+    """
+    path = Path(directory) / STATE_FILE
+    try:
+        state = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise ValueError(f"{path} is not a JSON checkpoint state: {exc}") from None
+    if not isinstance(state, dict) or state.get("format") != FORMAT:
+        found = state.get("format") if isinstance(state, dict) else type(state).__name__
+        raise ValueError(f"{path}: checkpoint format {found!r}, expected {FORMAT}")
+    iteration = state.get("iteration")
+    if isinstance(iteration, bool) or not isinstance(iteration, int) or iteration < 0:
+        raise ValueError(f"{path}: 'iteration' must be an int >= 0")
+    rng = state.get("rng")
+    if not isinstance(rng, dict) or set(rng) != {"python", "numpy", "torch", "generator"}:
+        raise ValueError(f"{path}: 'rng' must hold python, numpy, torch and generator states")
+    return state
+
+
+def read_checkpoint(directory: Path) -> dict[str, Any]:
+    """A checkpoint directory as plain data: ``iteration``, ``model`` (name -> tensor),
+    ``optimizer`` (a ``state_dict``), and ``critic`` / ``critic_optimizer`` when saved.
+    Runs no code from the files (safetensors, ``weights_only`` and JSON)."""
+    directory = Path(directory)
+    state = read_state(directory)
+    checkpoint: dict[str, Any] = {"iteration": state["iteration"]}
+    for name in ("model", "critic"):
+        if (directory / f"{name}.safetensors").is_file():
+            checkpoint[name] = read_tensors(directory / f"{name}.safetensors")
+    for name in ("optimizer", "critic_optimizer"):
+        if (directory / f"{name}.pt").is_file():
+            checkpoint[name] = _read_torch(directory / f"{name}.pt")
+    return checkpoint
+
+
+def load_weights(model: Any, path: Path) -> None:
+    """Loads a ``.safetensors`` file written by :func:`save_checkpoint` into ``model``
+    (every key must match: ``strict``)."""
+    model.load_state_dict(read_tensors(path), strict=True)
+
+
+def read_tensors(path: Path) -> dict[str, Any]:
+    """A ``.safetensors`` file written by :func:`save_checkpoint`: name -> tensor, tied
+    names (the ``aliases`` metadata) included."""
+    from safetensors import safe_open
+    from safetensors.torch import load_file
+
+    tensors = load_file(str(path))
+    with safe_open(str(path), framework="pt") as handle:
+        metadata = handle.metadata() or {}
+    aliases = json.loads(metadata.get("aliases", "{}"))
+    if not isinstance(aliases, dict):
+        raise ValueError(f"{path}: bad 'aliases' metadata")
+    for name, original in aliases.items():
+        if original not in tensors:
+            raise ValueError(f"{path}: alias {name!r} names a missing tensor")
+        tensors[name] = tensors[original]
+    return tensors
+
+
+# ----------------------------------------------------------------------------- internals
+
+
+def _write_tensors(path: Path, tensors: dict[str, Any]) -> None:
+    """Saves a state dict as safetensors. Tied weights (two names, one tensor: an LM's
+    embedding and head) are stored once, the other name kept in the ``aliases`` metadata;
+    any other tensor sharing storage is copied (safetensors stores each tensor whole)."""
+    from safetensors.torch import save_file
+
+    unique: dict[str, Any] = {}
+    aliases: dict[str, str] = {}
+    seen_views: dict[tuple, str] = {}
+    seen_storage: set[int] = set()
+    for name, tensor in tensors.items():
+        tensor = tensor.detach().cpu()
+        view = (
+            tensor.untyped_storage().data_ptr(),
+            tensor.storage_offset(),
+            tuple(tensor.shape),
+            tuple(tensor.stride()),
+            tensor.dtype,
+        )
+        if view in seen_views:
+            aliases[name] = seen_views[view]
+            continue
+        seen_views[view] = name
+        storage = tensor.untyped_storage().data_ptr()
+        shared = storage in seen_storage and tensor.numel() > 0
+        seen_storage.add(storage)
+        unique[name] = tensor.clone() if shared else tensor.contiguous()
+    save_file(unique, str(path), metadata={"format": str(FORMAT), "aliases": json.dumps(aliases)})
+
+
+def _read_torch(path: Path) -> Any:
+    import torch
+
+    return torch.load(path, map_location="cpu", weights_only=True)
+
+
+def _rng_to_json(rng: dict[str, Any]) -> dict[str, Any]:
+    version, words, gauss = rng["python"]
+    name, keys, position, has_gauss, cached = rng["numpy"]
+    return {
+        "python": [version, list(words), gauss],
+        "numpy": [name, [int(k) for k in keys], int(position), int(has_gauss), float(cached)],
+        "torch": [int(b) for b in rng["torch"].tolist()],
+        "generator": rng["generator"],
+    }
+
+
+def _rng_from_json(rng: dict[str, Any]) -> dict[str, Any]:
+    import torch
+
+    version, words, gauss = rng["python"]
+    name, keys, position, has_gauss, cached = rng["numpy"]
+    return {
+        "python": (int(version), tuple(int(w) for w in words), gauss),
+        "numpy": (
+            str(name),
+            np.asarray(keys, dtype=np.uint32),
+            int(position),
+            int(has_gauss),
+            float(cached),
+        ),  # fmt: skip
+        "torch": torch.tensor(rng["torch"], dtype=torch.uint8),
+        "generator": rng["generator"],
+    }
+
+
+def _pickled_message(pickled: Path, out: Path) -> str:
+    return (
+        f"{pickled} is a checkpoint in the old pickled format, which can run arbitrary code "
+        "when loaded, so it is refused. If you trust where it came from, convert it once with "
+        f"`python -m training.local.checkpoint --trust-pickle {out}` (it loads the pickle "
+        "and writes safetensors and JSON beside it), or start over with another --out"
+    )
+
+
+def convert_pickled(out: Path) -> Path:
+    """Rewrites a run directory's old pickled checkpoint in the current format.
+
+    UNSAFE on files you did not write: it unpickles ``state.pt``, which runs any code the
+    pickle holds. The pickle is kept as ``state.pt.unsafe`` beside the new files.
+    """
+    import torch
+
+    out = Path(out)
+    for suffix in ("", OLD_SUFFIX):
+        pickled = out / (CHECKPOINT_DIR + suffix) / PICKLED_FILE
+        if pickled.is_file():
+            break
+    else:
+        raise FileNotFoundError(f"{out} holds no pickled checkpoint ({CHECKPOINT_DIR}/state.pt)")
+    state = torch.load(pickled, map_location="cpu", weights_only=False)  # the opt-in
+    states = {k: state[k] for k in ("model", "optimizer", "critic", "critic_optimizer")
+              if k in state}  # fmt: skip
+    kept = out / "state.pt.unsafe"
+    shutil.copyfile(pickled, kept)
+    for suffix in ("", OLD_SUFFIX):
+        stale = out / (CHECKPOINT_DIR + suffix) / PICKLED_FILE
+        if stale.exists():
+            stale.unlink()
+    target = write_checkpoint(out, states, iteration=state["iteration"], rng=state["rng"])
+    return target
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m training.local.checkpoint",
+        description="Convert a run directory's old pickled checkpoint (checkpoint/state.pt) "
+        "to safetensors + JSON. Loading a pickle runs any code it holds: do this only for "
+        "checkpoints you made yourself or otherwise trust.",
+    )
+    parser.add_argument("run_dir")
+    parser.add_argument(
+        "--trust-pickle",
+        action="store_true",
+        help="required: confirms that you trust the pickle (it is unsafe otherwise)",
+    )
+    args = parser.parse_args(argv)
+    if not args.trust_pickle:
+        parser.error("refusing to unpickle without --trust-pickle (see --help)")
+    try:
+        target = convert_pickled(Path(args.run_dir))
+    except (FileNotFoundError, KeyError, ValueError, RuntimeError) as exc:
+        parser.error(str(exc))
+    print(f"converted: {target} (the pickle is kept as {Path(args.run_dir) / 'state.pt.unsafe'})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

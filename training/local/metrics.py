@@ -8,10 +8,13 @@
 
 from __future__ import annotations
 
+import io
 import json
 import math
 from pathlib import Path
 from typing import Any
+
+from training.files import atomic_write_bytes, atomic_write_text
 
 METRICS_FILE = "metrics.jsonl"
 
@@ -48,7 +51,8 @@ class MetricsLog:
     def __init__(self, out: Path, completed: int = 0) -> None:
         self.path = out / METRICS_FILE
         kept = [r for r in read_metrics(self.path) if r["iteration"] < completed]
-        self.path.write_text("".join(json.dumps(r) + "\n" for r in kept))
+        # Rewritten whole (a crash mid-write keeps the old file): rows are never lost.
+        atomic_write_text(self.path, "".join(json.dumps(r) + "\n" for r in kept))
 
     def write(self, row: dict[str, Any]) -> None:
         clean = {
@@ -97,6 +101,8 @@ def plot_curves(runs: dict[str, list[dict[str, Any]]], path: str | Path) -> Path
         ax.legend()
     fig.tight_layout()
     path = Path(path)
-    fig.savefig(path, dpi=100)
+    buffer = io.BytesIO()
+    fig.savefig(buffer, dpi=100, format=Path(path).suffix.lstrip(".") or "png")
+    atomic_write_bytes(path, buffer.getvalue())
     plt.close(fig)
     return path

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from training.local.config import DTYPES, ModelConfig
+from training.local.config import DTYPES, ModelConfig, show
 
 
 def require_train_extra() -> None:
@@ -23,17 +23,19 @@ def require_train_extra() -> None:
 def resolve_model_path(config: ModelConfig, out: Path) -> Path:
     """The local directory the model is loaded from (built or converted when needed)."""
     if config.name_or_path == "tiny-random":
-        from training.local.tiny_model import build_tiny_model
+        from training.local.tiny_model import build_tiny_model, tiny_model_settings
 
         directory = out / "tiny-model"
-        if not (directory / "config.json").exists():
-            build_tiny_model(
-                directory,
-                hidden_size=config.tiny_hidden_size,
-                num_layers=config.tiny_layers,
-                vocab_size=config.tiny_vocab_size,
-                warmup_steps=config.tiny_warmup_steps,
-            )
+        settings = {
+            "hidden_size": config.tiny_hidden_size,
+            "num_layers": config.tiny_layers,
+            "vocab_size": config.tiny_vocab_size,
+            "warmup_steps": config.tiny_warmup_steps,
+        }
+        # Rebuilt when absent, cut short by a crash (no marker file), or built with other
+        # settings; a build is deterministic (seed 0), so a rebuilt model is the same model.
+        if tiny_model_settings(directory) != {**settings, "seed": 0}:
+            build_tiny_model(directory, **settings)
         return directory
     if config.name_or_path == "smollm2":
         from training.smollm2 import smollm2_path
@@ -42,7 +44,7 @@ def resolve_model_path(config: ModelConfig, out: Path) -> Path:
     path = Path(config.name_or_path).expanduser()
     if not (path / "config.json").exists():
         raise FileNotFoundError(
-            f"model.name_or_path={config.name_or_path!r} is not a local model directory "
+            f"model.name_or_path={show(config.name_or_path)} is not a local model directory "
             "(no config.json); use a downloaded HF model dir, 'smollm2' or 'tiny-random'"
         )
     return path

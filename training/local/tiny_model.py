@@ -7,6 +7,9 @@ chat template, and the model is a 2-layer Qwen2 with random weights.
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
 from pathlib import Path
 
 CHAT_TEMPLATE = (
@@ -27,6 +30,8 @@ CORPUS_ENVS = (
     "gigpo/Blackjack-v0",
 )
 WARMUP_BATCH = 8
+#: Written last into a tiny model's directory: the settings it was built with.
+BUILT_FILE = "gigpo_tiny_model.json"
 
 
 def _examples() -> list[tuple[list[dict[str, str]], str]]:
@@ -122,7 +127,11 @@ def build_tiny_model(
     if vocab_size < 256 + len(SPECIAL_TOKENS):
         raise ValueError(f"vocab_size must be >= {256 + len(SPECIAL_TOKENS)}, got {vocab_size}")
     directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
+    # Built beside the target and renamed into place: a crash mid-build leaves no half model.
+    final, directory = directory, directory.with_name(f".{directory.name}.tmp{os.getpid()}")
+    if directory.exists():
+        shutil.rmtree(directory)
+    directory.mkdir(parents=True)
 
     bpe = Tokenizer(models.BPE())
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -167,4 +176,26 @@ def build_tiny_model(
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.save_pretrained(directory)
-    return directory
+    settings = {"hidden_size": hidden_size, "num_layers": num_layers, "vocab_size": vocab_size,
+                "warmup_steps": warmup_steps, "seed": seed}  # fmt: skip
+    (directory / BUILT_FILE).write_text(json.dumps(settings, sort_keys=True) + "\n")
+    if final.exists():
+        shutil.rmtree(final)
+    try:
+        directory.rename(final)
+    except OSError:  # another process renamed its own build in first
+        shutil.rmtree(directory, ignore_errors=True)
+        if tiny_model_settings(final) != settings:
+            raise
+    return final
+
+
+def tiny_model_settings(directory: str | Path) -> dict[str, int] | None:
+    """The settings a whole tiny model in ``directory`` was built with, or None when there is
+    none (absent, or a build a crash cut short: the marker file is written last)."""
+    marker = Path(directory) / BUILT_FILE
+    try:
+        settings = json.loads(marker.read_text())
+    except (OSError, ValueError):
+        return None
+    return settings if isinstance(settings, dict) else None

@@ -16,7 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from training.local.checkpoint import load_checkpoint, save_checkpoint
+from training.files import atomic_write_text
+from training.local.checkpoint import load_checkpoint, recover_checkpoint, save_checkpoint
 from training.local.checks import config_changes, validate
 from training.local.config import TrainConfig
 from training.local.critic import load_critic
@@ -41,6 +42,7 @@ __all__ = [
     "play_heldout",
     "train_seeds",
     "check_resume",
+    "TrainingDivergedError",
 ]
 
 
@@ -57,6 +59,27 @@ def task_split(config: TrainConfig) -> TaskSplit:
     return TaskSplit(config.env.id, config.env.kwargs, config.env.heldout_fraction)
 
 
+class TrainingDivergedError(RuntimeError):
+    """An update left a weight NaN or infinite; the run stops before it saves them."""
+
+
+def _check_finite(model: Any, critic: Any, iteration: int) -> None:
+    """Raises :class:`TrainingDivergedError` when a trainable weight of the policy (or the
+    critic) is not finite, so that no checkpoint ever holds NaN weights."""
+    import torch
+
+    for name, network in (("policy", model), ("critic", critic)):
+        if network is None:
+            continue
+        for weight_name, weight in network.named_parameters():
+            if weight.requires_grad and not bool(torch.isfinite(weight).all()):
+                raise TrainingDivergedError(
+                    f"iteration {iteration}: the update made the {name}'s {weight_name} "
+                    "non-finite (NaN or inf); nothing of this iteration was saved. Lower "
+                    "optim.lr or optim.max_grad_norm"
+                )
+
+
 class ResumeConfigError(ValueError):
     """``run.resume`` found a checkpoint made with another config."""
 
@@ -64,15 +87,32 @@ class ResumeConfigError(ValueError):
 def check_resume(config: TrainConfig) -> None:
     """Raises :class:`ResumeConfigError` naming the differing keys when ``run.out`` holds a
     checkpoint whose ``config.json`` differs from ``config`` (``run.allow_config_change``
-    lets it through). Runs before anything is built."""
+    lets it through). Runs before anything is built; first finishes a checkpoint swap that
+    a crash interrupted (:func:`~training.local.checkpoint.recover_checkpoint`).
+
+    Raises:
+        ResumeConfigError: the configs differ, or the saved one cannot be read.
+        UnsafeCheckpointError: the checkpoint is in the old pickled format.
+    """
     out = Path(config.run.out)
     saved_path = out / "config.json"
-    if not (config.run.resume and (out / "checkpoint").exists() and saved_path.exists()):
+    if not (config.run.resume and out.is_dir()):
         return
+    # A crash during a checkpoint's swap leaves checkpoint.tmp/ or checkpoint.old/: finish
+    # it, so that the config check below sees the checkpoint that resume will load.
+    if recover_checkpoint(out) is None:
+        return
+    if not saved_path.is_file():
+        raise ResumeConfigError(
+            f"{out} holds a checkpoint but no config.json to compare configs with; use "
+            "another --out or --run.resume=false"
+        )
     try:
-        saved = json.loads(saved_path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
+        saved = json.loads(saved_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError) as exc:  # JSON and UTF-8 errors are ValueErrors
         raise ResumeConfigError(f"cannot read {saved_path} to compare configs: {exc}") from None
+    if not isinstance(saved, dict):
+        raise ResumeConfigError(f"{saved_path} does not hold a config (a JSON object)")
     changes = config_changes(saved, config)
     if changes and not config.run.allow_config_change:
         raise ResumeConfigError(
@@ -115,7 +155,7 @@ def train(config: TrainConfig) -> list[dict[str, Any]]:
     out = Path(config.run.out)
     check_resume(config)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "config.json").write_text(json.dumps(config.to_dict(), indent=2) + "\n")
+    atomic_write_text(out / "config.json", json.dumps(config.to_dict(), indent=2) + "\n")
     if config.run.threads:
         torch.set_num_threads(config.run.threads)
     _seed_everything(config.run.seed)
@@ -219,6 +259,7 @@ def train(config: TrainConfig) -> list[dict[str, Any]]:
         )
         if targets is not None:
             stats.update(targets.stats)
+        _check_finite(model, critic, iteration)
         update_seconds = time.perf_counter() - update_tick
 
         row: dict[str, Any] = {
