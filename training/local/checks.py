@@ -19,6 +19,7 @@ from training.local.config import (
     TRAINER_ESTIMATORS,
     ConfigError,
     TrainConfig,
+    show,
 )
 
 
@@ -31,6 +32,10 @@ def validate(config: TrainConfig) -> None:
     """
     _check_algo(config)
     _check_ranges(config)
+    _check_limits(config)
+    _check_run_dir(config)
+    _check_device(config.model.device)
+    _check_model_path(config.model.name_or_path)
     _check_tensorboard(config)
     _check_template(config.env.template)
     _check_env(config)
@@ -38,6 +43,7 @@ def validate(config: TrainConfig) -> None:
 
 #: Run settings that may change when a run resumes (they do not change what it learns).
 RESUMABLE_CHANGES = (
+    "run.out",  # a run directory moved or copied elsewhere learns the same
     "run.iterations",
     "run.resume",
     "run.progress",
@@ -63,7 +69,7 @@ def config_changes(saved: dict[str, Any], config: TrainConfig) -> list[str]:
             continue
         if before.get(key, "<absent>") != now.get(key, "<absent>"):
             changes.append(
-                f"{key}: {before.get(key, '<absent>')!r} -> {now.get(key, '<absent>')!r}"
+                f"{key}: {show(before.get(key, '<absent>'))} -> {show(now.get(key, '<absent>'))}"
             )
     return changes
 
@@ -95,7 +101,7 @@ def _check_algo(config: TrainConfig) -> None:
     a, e = config.algo, config.env
     if a.estimator not in TRAINER_ESTIMATORS:
         raise ConfigError(
-            f"algo.estimator must be one of {TRAINER_ESTIMATORS}, got {a.estimator!r}"
+            f"algo.estimator must be one of {TRAINER_ESTIMATORS}, got {show(a.estimator)}"
         )
     if a.estimator == "ppo":
         _check_ppo(config)
@@ -111,15 +117,15 @@ def _check_algo(config: TrainConfig) -> None:
             value = getattr(getattr(config, section), name)
             if value is not None:
                 raise ConfigError(
-                    f"{key}={value!r} is read by algo.estimator='ppo' only, not by "
-                    f"algo.estimator={a.estimator!r}; remove it"
+                    f"{key}={show(value)} is read by algo.estimator='ppo' only, not by "
+                    f"algo.estimator={show(a.estimator)}; remove it"
                 )
     for name, value, allowed in (
         ("algo.kl_estimator", a.kl_estimator, KL_ESTIMATORS),
         ("algo.loss_agg", a.loss_agg, AGGREGATIONS),
     ):
         if value not in allowed:
-            raise ConfigError(f"{name} must be one of {tuple(allowed)}, got {value!r}")
+            raise ConfigError(f"{name} must be one of {tuple(allowed)}, got {show(value)}")
     if not 0.0 <= a.clip_low < 1.0:
         raise ConfigError(f"algo.clip_low must be in [0, 1), got {a.clip_low}")
     for name in ("clip_high", "kl_coef", "entropy_coef"):
@@ -138,13 +144,13 @@ def _check_ppo(config: TrainConfig) -> None:
     for name in ("step_weight", "norm", "similarity", "similarity_metric"):
         if getattr(a, name) is not None:
             raise ConfigError(
-                f"algo.{name}={getattr(a, name)!r} is not used by algo.estimator='ppo' (it reads "
-                "algo.gamma, algo.lam, algo.value_clip, algo.invalid_penalty, optim.critic_lr); "
-                "remove it"
+                f"algo.{name}={show(getattr(a, name))} is not used by algo.estimator='ppo' "
+                "(it reads algo.gamma, algo.lam, algo.value_clip, algo.invalid_penalty, "
+                "optim.critic_lr); remove it"
             )
     if a.episode_stats != "trajectory":
         raise ConfigError(
-            f"algo.episode_stats={a.episode_stats!r} is not used by algo.estimator='ppo' "
+            f"algo.episode_stats={show(a.episode_stats)} is not used by algo.estimator='ppo' "
             "(it has no episode groups); remove it"
         )
     for name, low, high in (("gamma", 0.0, 1.0), ("lam", 0.0, 1.0)):
@@ -204,9 +210,9 @@ def _check_ranges(config: TrainConfig) -> None:
     if not 0.0 <= e.heldout_fraction < 1.0:
         raise ConfigError(f"env.heldout_fraction must be in [0, 1), got {e.heldout_fraction}")
     if m.dtype not in DTYPES:
-        raise ConfigError(f"model.dtype must be one of {DTYPES}, got {m.dtype!r}")
+        raise ConfigError(f"model.dtype must be one of {DTYPES}, got {show(m.dtype)}")
     if not re.fullmatch(r"cpu|mps|cuda(:\d+)?", m.device):
-        raise ConfigError(f"model.device must be cpu, mps, cuda or cuda:N, got {m.device!r}")
+        raise ConfigError(f"model.device must be cpu, mps, cuda or cuda:N, got {show(m.device)}")
     if m.name_or_path == "tiny-random":
         if m.tiny_hidden_size < 16 or m.tiny_hidden_size % 16:
             raise ConfigError(
@@ -215,6 +221,113 @@ def _check_ranges(config: TrainConfig) -> None:
             )
         if m.tiny_vocab_size < 259:
             raise ConfigError(f"model.tiny_vocab_size must be >= 259, got {m.tiny_vocab_size}")
+
+
+#: Upper bounds of the sizes a config sets, far above any run's needs and below what makes a
+#: machine swap or an allocation abort (the paper's runs: 16 groups of 8, 512 new tokens).
+LIMITS = {
+    "env.num_groups": 4096,
+    "env.group_size": 1024,
+    "env.eval_groups": 16384,
+    "env.history_length": 1000,
+    "rollout.max_new_tokens": 32768,
+    "rollout.top_k": 1_000_000,
+    "algo.ppo_epochs": 1000,
+    "algo.minibatch_size": 1_000_000,
+    "run.iterations": 10_000_000,
+    "run.eval_every": 10_000_000,
+    "run.checkpoint_every": 10_000_000,
+    "run.save_rollouts_every": 10_000_000,
+    "run.threads": 1024,
+    "run.rollout_max_chars": 100_000_000,
+    "optim.warmup_iterations": 10_000_000,
+    "model.trainable_layers": 10_000,
+    "model.tiny_hidden_size": 4096,
+    "model.tiny_layers": 64,
+    "model.tiny_vocab_size": 100_000,
+    "model.tiny_warmup_steps": 100_000,
+}
+#: Episodes played at once (num_groups x group_size): each holds a live env.
+MAX_EPISODES = 16384
+#: Parameters of the tiny random model (it is built for tests and smoke runs).
+MAX_TINY_PARAMETERS = 200_000_000
+#: ``run.seed`` is NumPy's global seed, which takes 32 bits.
+MAX_SEED = 2**32 - 1
+
+
+def _check_limits(config: TrainConfig) -> None:
+    """The bounds in :data:`LIMITS`, the episode count, the tiny model's size, the seed."""
+    for key, limit in LIMITS.items():
+        section, name = key.split(".")
+        value = getattr(getattr(config, section), name)
+        if value > limit:
+            raise ConfigError(f"{key} must be <= {limit:,}, got {show(value)}")
+    e, m = config.env, config.model
+    if e.num_groups * e.group_size > MAX_EPISODES:
+        raise ConfigError(
+            f"env.num_groups x env.group_size must be <= {MAX_EPISODES:,} episodes at once, "
+            f"got {e.num_groups} x {e.group_size}"
+        )
+    if m.name_or_path == "tiny-random":
+        h = m.tiny_hidden_size
+        parameters = m.tiny_vocab_size * h + m.tiny_layers * (4 * h * h + 6 * h * h)
+        if parameters > MAX_TINY_PARAMETERS:
+            raise ConfigError(
+                f"model.tiny_*: the tiny model would have ~{parameters:,} parameters (vocab "
+                f"{m.tiny_vocab_size} x hidden {h}, {m.tiny_layers} layers); at most "
+                f"{MAX_TINY_PARAMETERS:,}: use a real model for anything larger"
+            )
+    if config.run.seed > MAX_SEED:
+        raise ConfigError(f"run.seed must be in [0, {MAX_SEED}] (2**32 - 1), got {config.run.seed}")
+
+
+def _check_run_dir(config: TrainConfig) -> None:
+    """``run.out`` must be a directory or not exist yet (nothing is created here)."""
+    from pathlib import Path
+
+    out = Path(config.run.out).expanduser()
+    for path in (out, *out.parents):
+        if path.exists():
+            if not path.is_dir():
+                what = "run.out" if path == out else f"run.out's parent {path}"
+                raise ConfigError(f"{what} is a file, not a directory: {config.run.out}")
+            break
+
+
+def _check_model_path(name_or_path: str) -> None:
+    """A model named by path must be a local model directory (no download ever happens)."""
+    from pathlib import Path
+
+    if name_or_path in ("tiny-random", "smollm2"):
+        return
+    path = Path(name_or_path).expanduser()
+    if not (path / "config.json").is_file():
+        raise ConfigError(
+            f"model.name_or_path={show(name_or_path)} is not a local model directory (no "
+            "config.json in it); use a downloaded Hugging Face model dir, 'smollm2' or "
+            "'tiny-random'"
+        )
+
+
+def _check_device(device: str) -> None:
+    """A CUDA or MPS device must exist on this machine (checked before any model is built)."""
+    if device == "cpu":
+        return
+    import torch
+
+    if device == "mps":
+        if not torch.backends.mps.is_available():
+            raise ConfigError("model.device='mps' but this machine has no usable MPS device")
+        return
+    if not torch.cuda.is_available():
+        raise ConfigError(f"model.device={show(device)} but torch sees no CUDA device here")
+    index = int(device.partition(":")[2] or 0)
+    count = torch.cuda.device_count()
+    if index >= count:
+        raise ConfigError(
+            f"model.device={show(device)} but this machine has {count} CUDA device(s) "
+            f"(cuda:0 to cuda:{count - 1})"
+        )
 
 
 def _check_env(config: TrainConfig) -> None:
@@ -229,18 +342,24 @@ def _check_env(config: TrainConfig) -> None:
         gym.spec(e.id)
     except gym.error.Error:
         known = sorted(k for k in gym.registry if k.startswith("gigpo/"))
-        raise ConfigError(f"env.id: unknown environment {e.id!r}; registered: {known}") from None
+        raise ConfigError(
+            f"env.id: unknown environment {show(e.id)}; registered: {known}"
+        ) from None
     try:
         env = gym.make(e.id, **e.kwargs)
     except Exception as exc:  # any constructor error is a bad kwarg or missing data
-        raise ConfigError(f"env.kwargs: gym.make({e.id!r}, **{e.kwargs!r}) failed: {exc}") from None
+        raise ConfigError(
+            f"env.kwargs: gym.make({show(e.id)}, **{show(e.kwargs)}) failed: {show_error(exc)}"
+        ) from None
     try:
         prompted = history_prompt(
             env, e.history_length, template=e.template, format_instruction=e.format_instruction
         )
         _, info = prompted.reset(seed=0)
     except Exception as exc:  # the env's own message says what is wrong
-        raise ConfigError(f"env: {e.id} with kwargs {e.kwargs!r} cannot start: {exc}") from None
+        raise ConfigError(
+            f"env: {e.id} with kwargs {show(e.kwargs)} cannot start: {show_error(exc)}"
+        ) from None
     finally:
         env.close()
     if config.algo.similarity is not None and info.get("anchor_text") is None:
@@ -248,6 +367,12 @@ def _check_env(config: TrainConfig) -> None:
             f"algo.similarity: {e.id} gives no info['anchor_text'] (state_text), and "
             "similarity grouping never runs on state keys; use exact anchors"
         )
+
+
+def show_error(exc: BaseException, limit: int = 500) -> str:
+    """An exception's message for a config error, cut to ``limit`` characters."""
+    text = str(exc)
+    return text if len(text) <= limit else text[:limit] + f"... ({len(text)} characters)"
 
 
 def _check_template(overrides: dict[str, Any]) -> None:
@@ -260,9 +385,11 @@ def _check_template(overrides: dict[str, Any]) -> None:
     for name, value in overrides.items():
         if name == "order":
             if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
-                raise ConfigError(f"env.template.order must be a list of part names, got {value!r}")
+                raise ConfigError(
+                    f"env.template.order must be a list of part names, got {show(value)}"
+                )
         elif not isinstance(value, str):
-            raise ConfigError(f"env.template.{name} must be a string, got {value!r}")
+            raise ConfigError(f"env.template.{name} must be a string, got {show(value)}")
     try:
         dataclasses.replace(PromptTemplate(), **overrides)
     except ValueError as exc:

@@ -9,6 +9,8 @@ overrides use dotted names: ``--algo.estimator=grpo``, ``--env.num_groups 4``,
 from __future__ import annotations
 
 import dataclasses
+import math
+import reprlib
 import types
 import typing
 from dataclasses import dataclass, field
@@ -206,6 +208,61 @@ class ConfigError(ValueError):
     """A config file or override names an unknown key or holds a value of the wrong type."""
 
 
+#: A config file larger than this is refused (a config is a few KB).
+MAX_CONFIG_BYTES = 1 << 20
+#: Mappings and lists nested deeper than this are refused (configs nest two or three deep).
+MAX_YAML_DEPTH = 32
+
+_SHORT = reprlib.Repr()
+_SHORT.maxlevel, _SHORT.maxstring, _SHORT.maxother = 3, 80, 80
+_SHORT.maxlist = _SHORT.maxtuple = _SHORT.maxdict = _SHORT.maxset = 6
+
+
+def show(value: Any) -> str:
+    """A ``repr`` of ``value`` for an error message, cut short: at most a few levels, items
+    and ~80 characters a string, however large the value (it never builds the whole repr)."""
+    return _SHORT.repr(value)
+
+
+def read_yaml(text: str, where: str) -> Any:
+    """Parses YAML ``text`` (from ``where``: a file or an override) with PyYAML's safe loader,
+    refusing aliases (``*name``: a few lines of them expand to gigabytes) and nesting deeper
+    than :data:`MAX_YAML_DEPTH`.
+
+    Raises:
+        ConfigError: an alias, or too deep.
+        yaml.YAMLError: not YAML.
+    """
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        depth = 0
+
+        def compose_node(self, parent: Any, index: Any) -> Any:
+            if self.check_event(yaml.AliasEvent):
+                mark = self.peek_event().start_mark
+                raise ConfigError(
+                    f"{where}: YAML aliases (*name) are not accepted in configs "
+                    f"(line {mark.line + 1}, column {mark.column + 1}); write the value out"
+                )
+            self.depth += 1
+            try:
+                if self.depth > MAX_YAML_DEPTH:
+                    raise ConfigError(
+                        f"{where}: nested deeper than {MAX_YAML_DEPTH} levels; a config is a "
+                        "few sections of settings"
+                    )
+                return super().compose_node(parent, index)
+            finally:
+                self.depth -= 1
+
+    loader = Loader(text)
+    try:
+        return loader.get_single_data()
+    finally:
+        loader.dispose()
+
+
 #: The configs shipped in the package (``training/configs``), found by bare name.
 CONFIGS_DIR = Path(__file__).resolve().parents[1] / "configs"
 
@@ -226,6 +283,8 @@ def config_path(name: str | Path) -> Path:
     path = Path(name)
     if path.is_file():
         return path
+    if path.is_dir():
+        raise ConfigError(f"cannot read config file {name}: it is a directory, not a YAML file")
     text = str(name)
     shipped = CONFIGS_DIR / (text if text.endswith((".yaml", ".yml")) else f"{text}.yaml")
     if not path.is_absolute() and shipped.is_file():
@@ -253,10 +312,19 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     if path is not None:
         path = config_path(path)
         try:
-            text = Path(path).read_text()
-            loaded = yaml.safe_load(text)
+            if Path(path).stat().st_size > MAX_CONFIG_BYTES:
+                raise ConfigError(
+                    f"config file {path} is over {MAX_CONFIG_BYTES} bytes; a config is a few KB"
+                )
+            text = Path(path).read_bytes().decode("utf-8")
+            loaded = read_yaml(text, f"config file {path}")
         except OSError as exc:
             raise ConfigError(f"cannot read config file {path}: {exc}") from None
+        except UnicodeDecodeError as exc:
+            raise ConfigError(
+                f"config file {path} is not UTF-8 text (byte {exc.start}: {exc.reason}); "
+                "save it as UTF-8 YAML"
+            ) from None
         except yaml.YAMLError as exc:
             raise ConfigError(f"config file {path} is not valid YAML: {exc}") from None
         if loaded is None:
@@ -297,17 +365,22 @@ def _refuse_removed(key: str) -> None:
 def _build(cls: type, data: dict[str, Any], prefix: str) -> Any:
     hints = typing.get_type_hints(cls)
     known = {f.name for f in dataclasses.fields(cls)}
+    for key in data:
+        if not isinstance(key, str):
+            raise ConfigError(
+                f"config keys are names, got {show(key)} in {prefix.rstrip('.') or 'the top level'}"
+            )
     unknown = sorted(set(data) - known)
     for key in unknown:
         _refuse_removed(prefix + key)
     if unknown:
-        raise ConfigError(f"unknown config key(s) {[prefix + k for k in unknown]}")
+        raise ConfigError(f"unknown config key(s) {show([prefix + str(k) for k in unknown])}")
     kwargs = {}
     for name, value in data.items():
         hint = hints[name]
         if dataclasses.is_dataclass(hint):
             if not isinstance(value, dict):
-                raise ConfigError(f"{prefix + name} must be a mapping, got {value!r}")
+                raise ConfigError(f"{prefix + name} must be a mapping, got {show(value)}")
             kwargs[name] = _build(hint, value, f"{prefix}{name}.")
         else:
             kwargs[name] = _coerce(value, hint, prefix + name)
@@ -328,18 +401,18 @@ def _coerce(value: Any, hint: Any, name: str) -> Any:
                 return _coerce(value, option, name)
             except ConfigError as exc:
                 errors.append(str(exc))
-        raise ConfigError(errors[0] if errors else f"{name}: bad value {value!r}")
+        raise ConfigError(errors[0] if errors else f"{name}: bad value {show(value)}")
     if origin is dict or hint is dict:
         if not isinstance(value, dict):
-            raise ConfigError(f"{name} must be a mapping, got {value!r}")
+            raise ConfigError(f"{name} must be a mapping, got {show(value)}")
         return dict(value)
     if hint is bool:
         if not isinstance(value, bool):
-            raise ConfigError(f"{name} must be true or false, got {value!r}")
+            raise ConfigError(f"{name} must be true or false, got {show(value)}")
         return value
     if hint is int:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{name} must be an int, got {value!r}")
+            raise ConfigError(f"{name} must be an int, got {show(value)}")
         return value
     if hint is float:
         if isinstance(value, str):
@@ -349,11 +422,17 @@ def _coerce(value: Any, hint: Any, name: str) -> Any:
             except ValueError:
                 pass
         if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ConfigError(f"{name} must be a number, got {value!r}")
-        return float(value)
+            raise ConfigError(f"{name} must be a number, got {show(value)}")
+        try:
+            number = float(value)
+        except OverflowError:  # an int past float's range
+            number = math.inf
+        if not math.isfinite(number):
+            raise ConfigError(f"{name} must be finite, got {show(value)}")
+        return number
     if hint is str:
         if not isinstance(value, str):
-            raise ConfigError(f"{name} must be a string, got {value!r}")
+            raise ConfigError(f"{name} must be a string, got {show(value)}")
         return value
     raise ConfigError(f"{name}: unsupported type {hint!r}")
 
@@ -367,7 +446,7 @@ def _parse_overrides(args: list[str]) -> list[tuple[str, Any, str]]:
     while i < len(args):
         arg = args[i]
         if not arg.startswith("--") or len(arg) == 2:
-            raise ConfigError(f"overrides look like --key=value or --key value, got {arg!r}")
+            raise ConfigError(f"overrides look like --key=value or --key value, got {show(arg)}")
         key, has_value, text = arg[2:].partition("=")
         if not has_value:
             if i + 1 >= len(args):
@@ -377,8 +456,10 @@ def _parse_overrides(args: list[str]) -> list[tuple[str, Any, str]]:
         i += 1
         if key == "out":
             key = "run.out"
+        if len(text) > MAX_CONFIG_BYTES:
+            raise ConfigError(f"override --{key} is over {MAX_CONFIG_BYTES} characters")
         try:
-            value = yaml.safe_load(text) if text != "" else ""
+            value = read_yaml(text, f"override --{key}") if text != "" else ""
         except yaml.YAMLError:
             value = text
         pairs.append((key, value, text))
@@ -388,15 +469,15 @@ def _parse_overrides(args: list[str]) -> list[tuple[str, Any, str]]:
 def _set_dotted(config: TrainConfig, key: str, value: Any, text: str) -> None:
     parts = key.split(".")
     if len(parts) != 2:
-        raise ConfigError(f"override keys are section.name (e.g. algo.estimator), got {key!r}")
+        raise ConfigError(f"override keys are section.name (e.g. algo.estimator), got {show(key)}")
     section_name, name = parts
     section = getattr(config, section_name, None)
     if section is None or not dataclasses.is_dataclass(section):
-        raise ConfigError(f"unknown config section {section_name!r} in {key!r}")
+        raise ConfigError(f"unknown config section {show(section_name)} in {show(key)}")
     hints = typing.get_type_hints(type(section))
     if name not in hints:
         _refuse_removed(key)
-        raise ConfigError(f"unknown config key {key!r}")
+        raise ConfigError(f"unknown config key {show(key)}")
     hint = hints[name]
     union = typing.get_origin(hint) in (typing.Union, types.UnionType)
     takes_text = hint is str or (union and str in typing.get_args(hint))
