@@ -226,7 +226,11 @@ def read_rollouts(path: str | os.PathLike[str]) -> tuple[dict[str, Any], list[di
     path = Path(path)
     try:
         with gzip.open(path, "rt", encoding="utf-8") as handle:
-            lines = handle.read().splitlines()
+            # Records are split on "\n" only: the writer keeps non-ASCII text as it is, and
+            # str.splitlines would also break lines at U+2028, U+0085 and the like.
+            lines = handle.read().split("\n")
+        if lines and lines[-1] == "":
+            lines.pop()
     except FileNotFoundError:
         raise RolloutFileError(f"no rollout file {path}") from None
     except (OSError, EOFError, UnicodeDecodeError) as exc:

@@ -1,7 +1,8 @@
 """A run's rollouts and curves as one static HTML page: ``python -m training.view RUN_DIR``.
 
 The page (``RUN_DIR/view.html`` unless ``-o``) needs no server and no network; open it from
-disk, or add ``--serve`` to serve it on 127.0.0.1. It shows:
+disk, or add ``--serve`` to serve it (that one file, nothing else of its folder) on 127.0.0.1.
+It shows:
 
 * the learning curves of ``metrics.jsonl`` (success rate, return, valid-action rate, their
   held-out ``eval_*`` values, step-group coverage) as inline SVG;
@@ -17,6 +18,11 @@ An ALFWorld-sized iteration (16 groups x 8 trajectories x 50 steps) stays usable
 each group is rendered into an inert ``<template>`` and only the group being looked at is
 put into the page (from the list, or ``view.html#group=3``); the browser does no layout
 for the others. ``--max-chars`` bounds the observation text shown per step.
+
+Everything the page shows from a rollout file, its header included, is checked for type
+before it is used and escaped where it is written: a hand-edited or damaged file is a
+:class:`~training.rollouts.RolloutFileError` that names the file, the line and the field
+(the command exits 2 with that message), never markup in the page or a traceback.
 """
 
 from __future__ import annotations
@@ -26,14 +32,15 @@ import html
 import http.server
 import json
 import math
-import socketserver
+import re
 import sys
+import urllib.parse
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from training.local.metrics import read_metrics
+from training.local.metrics import METRICS_FILE, read_metrics
 from training.rollouts import RolloutFileError, read_rollouts, read_summary, rollout_files
 
 VIEW_FILE = "view.html"
@@ -51,13 +58,170 @@ PALETTE = (
 )  # fmt: skip
 
 
+_T = TypeVar("_T")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
 class ViewError(ValueError):
-    """The run directory cannot be shown (missing, empty, or an unknown iteration)."""
+    """The run directory cannot be shown (missing, empty, unreadable, or an unknown
+    iteration), or the page cannot be written."""
+
+
+# ----------------------------------------------------------------------------- checks
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _as_float(value: Any) -> float | None:
+    """``value`` as a finite float, or None when it is not a number (bools are not) or does
+    not fit one (JSON allows ints of thousands of digits, ``NaN`` and ``Infinity``)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
+
+
+def _is_id(value: Any) -> bool:
+    # a group or trajectory id: an int or a string; lone surrogates (JSON can hold them)
+    # could not be written to the page, and two ids differing only there would merge
+    return _is_int(value) or (isinstance(value, str) and not _SURROGATE.search(value))
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else f"{text[:57]}..."
+
+
+#: The record fields the page reads: what each must hold, and the test of it.
+_RECORD_FIELDS: dict[str, tuple[str, Callable[[Any], bool]]] = {
+    "group_id": ("an int or a string of valid Unicode", _is_id),
+    "traj_id": ("an int or a string of valid Unicode", _is_id),
+    "step": ("an int", _is_int),
+    "step_group_id": ("an int", _is_int),
+    "observation": ("a string", lambda value: isinstance(value, str)),
+    "action": ("a string", lambda value: isinstance(value, str)),
+    "anchor_text": ("a string or null", lambda value: value is None or isinstance(value, str)),
+    "is_action_valid": ("true or false", lambda value: isinstance(value, bool)),
+    **{
+        key: (
+            "a finite number or null",
+            lambda value: value is None or _as_float(value) is not None,
+        )
+        for key in ("reward", "episode_advantage", "step_advantage", "advantage", "return")
+    },
+}
+
+
+def group_key(group_id: int | str) -> str:
+    """The text that names a group in the page: its ``data-group`` and, percent-encoded, its
+    ``#group=`` address."""
+    return str(group_id)
+
+
+def group_href(group_id: int | str) -> str:
+    """The page address that opens ``group_id``: ``#group=`` and the id percent-encoded as
+    JavaScript's ``encodeURIComponent`` would, so that any id (``%41``, ``/``, ``#``, ``?``,
+    non-ASCII) decodes back to itself."""
+    return "#group=" + urllib.parse.quote(group_key(group_id), safe="")
+
+
+def _check_header(path: Path, header: dict[str, Any]) -> None:
+    for key in ("estimator", "source"):
+        value = header.get(key)
+        if value is not None and not isinstance(value, str):
+            raise RolloutFileError(
+                f"{path} line 1 (header): {key} must be a string, got {_short(value)}"
+            )
+
+
+def _check_records(path: Path, records: list[dict[str, Any]]) -> None:
+    """Raises RolloutFileError naming the line and field of the first record the page cannot
+    show, or of a group id that reads as another's (``1`` and ``"1"``)."""
+    groups: dict[str, tuple[Any, int]] = {}
+    for line, record in enumerate(records, 2):  # line 1 is the header
+        for key, (expected, valid) in _RECORD_FIELDS.items():
+            if key not in record:
+                raise RolloutFileError(f"{path} line {line}: record lacks {key}")
+            if not valid(record[key]):
+                raise RolloutFileError(
+                    f"{path} line {line}: {key} must be {expected}, got {_short(record[key])}"
+                )
+        group_id = record["group_id"]
+        first, first_line = groups.setdefault(group_key(group_id), (group_id, line))
+        if type(first) is not type(group_id):
+            raise RolloutFileError(
+                f"{path} line {line}: group_id {group_id!r} reads as group_id {first!r} of "
+                f"line {first_line}; a file's group ids must be all ints or all strings"
+            )
+
+
+def _checked_summary(path: Path, summary: Any) -> dict[str, Any]:
+    """The step-group summary of a rollout file's header with the types the page needs; raises
+    RolloutFileError naming the field when it has others."""
+    where = f"{path} line 1 (header): summary"
+    if not isinstance(summary, dict):
+        raise RolloutFileError(f"{where} must be an object, got {_short(summary)}")
+    checked: dict[str, Any] = {}
+    for key in ("records", "step_groups", "both_nonzero"):
+        value = summary.get(key)
+        if not _is_int(value) or value < 0:
+            raise RolloutFileError(f"{where}.{key} must be an int >= 0, got {_short(value)}")
+        checked[key] = value
+    for key in ("coverage", "sign_disagreement"):
+        value = _as_float(summary.get(key))
+        if value is None or not 0.0 <= value <= 1.0:
+            raise RolloutFileError(
+                f"{where}.{key} must be a number from 0 to 1, got {_short(summary.get(key))}"
+            )
+        checked[key] = value
+    histogram = summary.get("size_histogram")
+    if not isinstance(histogram, dict) or not all(
+        _is_int(size) and size >= 1 and _is_int(count) and count >= 0
+        for size, count in histogram.items()
+    ):
+        raise RolloutFileError(
+            f"{where}.size_histogram must be an object of sizes >= 1 to counts >= 0, got "
+            f"{_short(histogram)}"
+        )
+    checked["size_histogram"] = dict(histogram)
+    return checked
+
+
+def _read_guarded(path: Path, read: Callable[[Path], _T]) -> _T:
+    """``read(path)``, with what gzip and json raise past read_rollouts' own checks (a line
+    nested too deeply, a number of thousands of digits, a file too large for memory) turned
+    into a RolloutFileError that names the file."""
+    try:
+        return read(path)
+    except RolloutFileError:
+        raise
+    except RecursionError:
+        raise RolloutFileError(f"{path}: a line is nested too deeply to read") from None
+    except MemoryError:
+        raise RolloutFileError(f"{path}: too large to read into memory") from None
+    except (OSError, EOFError, ValueError) as exc:
+        raise RolloutFileError(f"{path} is not a readable rollout file: {exc}") from None
+
+
+def _read_run_metrics(run: Path) -> list[dict[str, Any]]:
+    try:
+        return read_metrics(run)
+    except RecursionError:
+        raise ViewError(f"{run / METRICS_FILE}: a line is nested too deeply to read") from None
+    except MemoryError:
+        raise ViewError(f"{run / METRICS_FILE}: too large to read into memory") from None
+    except (OSError, ValueError) as exc:
+        raise ViewError(f"{run / METRICS_FILE} is not readable JSON lines: {exc}") from None
 
 
 # ----------------------------------------------------------------------------- page parts
 def _esc(text: Any) -> str:
-    return html.escape("" if text is None else str(text), quote=True)
+    # a carriage return as a reference: the HTML parser turns a raw one into a line feed,
+    # which would change a group id between its data-group and its #group= address
+    return html.escape("" if text is None else str(text), quote=True).replace("\r", "&#13;")
 
 
 def _fmt(value: float | None, signed: bool = True) -> str:
@@ -89,11 +253,16 @@ def svg_chart(title: str, series: Sequence[tuple[str, list[tuple[float, float]]]
     if x0 == x1:
         x0, x1 = x0 - 0.5, x1 + 0.5
 
+    # halves first, so that values near the float limits neither overflow nor divide by 0
+    x_span, y_span = x1 / 2 - x0 / 2, y1 / 2 - y0 / 2
+
     def sx(x: float) -> float:
-        return left + (x - x0) / (x1 - x0) * (width - left - right)
+        share = (x / 2 - x0 / 2) / x_span if x_span > 0 else 0.5
+        return left + share * (width - left - right)
 
     def sy(y: float) -> float:
-        return top + (y1 - y) / (y1 - y0) * (height - top - bottom)
+        share = (y1 / 2 - y / 2) / y_span if y_span > 0 else 0.5
+        return top + share * (height - top - bottom)
 
     parts = [
         f'<svg viewBox="0 0 {width} {height}" width="{width}" height="{height}" role="img" '
@@ -103,12 +272,12 @@ def svg_chart(title: str, series: Sequence[tuple[str, list[tuple[float, float]]]
         'class="axis"/>',
         f'<line x1="{left}" y1="{top}" x2="{left}" y2="{height - bottom}" class="axis"/>',
     ]
-    for y in (y0, (y0 + y1) / 2, y1):
+    for y in (y0, y0 / 2 + y1 / 2, y1):
         parts.append(
             f'<text x="{left - 4}" y="{sy(y) + 4:.1f}" class="tick" text-anchor="end">'
             f"{y:.2f}</text>"
         )
-    for x in sorted({round(x0), round((x0 + x1) / 2), round(x1)}):
+    for x in sorted({round(x0), round(x0 / 2 + x1 / 2), round(x1)}):
         parts.append(
             f'<text x="{sx(x):.1f}" y="{height - bottom + 14}" class="tick" '
             f'text-anchor="middle">{x}</text>'
@@ -145,18 +314,22 @@ def curves_html(
     for title, keys in CURVES:
         series = []
         for key, label in keys:
-            values = [
-                (float(r["iteration"] + 1), float(r[key]))
-                for r in rows
-                if isinstance(r.get(key), int | float) and math.isfinite(float(r[key]))
-            ]
+            values = [point for r in rows if (point := _point(r["iteration"], r.get(key)))]
             if values:
                 series.append((label, values))
         charts.append(svg_chart(title, series))
     if summaries:
-        values = [(float(it + 1), s["sign_disagreement"]) for it, s in summaries.items()]
+        values = [
+            point for it, s in summaries.items() if (point := _point(it, s["sign_disagreement"]))
+        ]
         charts.append(svg_chart("A_S against A_E: opposite signs", [("saved iterations", values)]))
     return '<div class="charts">' + "".join(charts) + "</div>"
+
+
+def _point(iteration: Any, value: Any) -> tuple[float, float] | None:
+    """(1-based iteration, value) as finite floats, or None where either is no such number."""
+    x, y = _as_float(iteration), _as_float(value)
+    return None if x is None or y is None or not math.isfinite(x + 1) else (x + 1, y)
 
 
 def stats_html(summaries: dict[int, dict[str, Any]]) -> str:
@@ -221,9 +394,10 @@ def group_html(
         color = PALETTE[(int(label[1:]) - 1) % len(PALETTE)]
         return f'<span class="sg" style="background:{color}" data-label="{label}">{label}</span>'
 
-    out = [f'<section class="group" data-group="{_esc(group_id)}">']
+    key = _esc(group_key(group_id))
+    out = [f'<section class="group" data-group="{key}">']
     out.append(
-        f"<h3>Group {_esc(group_id)} <small>{len(trajs)} trajectories, {len(records)} steps, "
+        f"<h3>Group {key} <small>{len(trajs)} trajectories, {len(records)} steps, "
         f"{len(labels)} revisited states</small></h3>"
     )
     out.append('<div class="grid"><table class="traj"><thead><tr><th>step</th>')
@@ -337,14 +511,15 @@ def iteration_html(
         for r in rows:
             returns[r["traj_id"]] += r["reward"] or 0.0
         covered = sum(r["step_group_id"] in labels for r in rows)
+        key = _esc(group_key(group_id))
         out.append(
-            f'<tr class="pick" data-group="{_esc(group_id)}" tabindex="0">'
-            f'<td><a href="#group={_esc(group_id)}">{_esc(group_id)}</a></td><td>{len(trajs)}</td>'
+            f'<tr class="pick" data-group="{key}" tabindex="0">'
+            f'<td><a href="{_esc(group_href(group_id))}">{key}</a></td><td>{len(trajs)}</td>'
             f"<td>{len(rows)}</td><td>{_esc(' '.join(f'{returns[t]:.2f}' for t in trajs))}</td>"
             f"<td>{len(labels)}</td><td>{100 * covered / len(rows):.0f}%</td></tr>"
         )
         body = group_html(group_id, rows, labels, max_chars)
-        templates.append(f'<template data-group="{_esc(group_id)}">{body}</template>')
+        templates.append(f'<template data-group="{key}">{body}</template>')
     out.append('</tbody></table><div id="group-view"><p class="hint">No group open.</p></div>')
     out.extend(templates)
     out.append("</section>")
@@ -384,23 +559,30 @@ details.stats>summary h2{display:inline-block;border:0;color:#222}
 .rank td{border-bottom:1px solid #f0f0f0}
 """
 
-SCRIPT = """
+# The hash holds the group id percent-encoded (group_href), so any id reads back as itself; a
+# hand-typed address that is no valid encoding is taken as it stands, and a NUL reads as the
+# U+FFFD the HTML parser made of it in the data-group attributes.
+SCRIPT = r"""
 (function(){
   var view=document.getElementById('group-view');
   if(!view)return;
+  var templates=document.querySelectorAll('template[data-group]');
   function open(group){
-    var t=document.querySelector('template[data-group="'+CSS.escape(group)+'"]');
-    if(!t)return;
+    var t=Array.prototype.find.call(templates,function(c){return c.dataset.group===group;});
+    if(!t)return false;
     view.replaceChildren(t.content.cloneNode(true));
     document.querySelectorAll('tr.pick').forEach(function(r){
       r.classList.toggle('open',r.dataset.group===group);});
+    return true;
   }
+  function go(r){location.hash='group='+encodeURIComponent(r.dataset.group);}
   document.querySelectorAll('tr.pick').forEach(function(r){
-    r.addEventListener('click',function(){location.hash='group='+r.dataset.group;});
-    r.addEventListener('keydown',function(e){if(e.key==='Enter')location.hash='group='+r.dataset.group;});
+    r.addEventListener('click',function(){go(r);});
+    r.addEventListener('keydown',function(e){if(e.key==='Enter')go(r);});
   });
-  function fromHash(){var m=location.hash.match(/^#group=(.+)$/);
-    if(m){open(decodeURIComponent(m[1]));view.scrollIntoView();}}
+  function decoded(text){try{return decodeURIComponent(text);}catch(e){return text;}}
+  function fromHash(){var m=location.hash.match(/^#group=([\s\S]*)$/);
+    if(m&&open(decoded(m[1]).replace(/\u0000/g,'\ufffd')))view.scrollIntoView();}
   window.addEventListener('hashchange',fromHash);
   if(location.hash)fromHash();
 })();
@@ -413,17 +595,24 @@ def build_page(
     """The HTML page of ``run_dir`` and what it holds (``{"iteration", "records", ...}``).
 
     Raises:
-        ViewError: no such directory, nothing to show, or ``iteration`` was not saved.
-        training.rollouts.RolloutFileError: a rollout file is damaged (named).
+        ViewError: no such directory, nothing to show, an unreadable ``metrics.jsonl`` or
+            folder, or ``iteration`` was not saved.
+        training.rollouts.RolloutFileError: a rollout file is damaged, or holds a value the
+            page cannot show (the file, line and field named).
     """
     run = Path(run_dir)
     if not run.is_dir():
         raise ViewError(f"no run directory {run}")
-    metrics = read_metrics(run)
-    files = rollout_files(run)
+    metrics = _read_run_metrics(run)
+    try:
+        files = rollout_files(run)
+    except OSError as exc:
+        raise ViewError(f"cannot list the rollouts of {run}: {exc}") from None
     if not metrics and not files:
         raise ViewError(f"{run} has neither metrics.jsonl nor rollouts/: is it a run directory?")
-    summaries = {it: read_summary(path) for it, path in files.items()}
+    summaries = {
+        it: _checked_summary(path, _read_guarded(path, read_summary)) for it, path in files.items()
+    }
     config = _read_config(run)
     title = f"gigpo run {run.resolve().name}"
     body = [
@@ -446,7 +635,10 @@ def build_page(
             raise ViewError(
                 f"iteration {chosen} has no saved rollouts in {run}; saved: {list(files)}"
             )
-        header, records = read_rollouts(files[chosen])
+        path = files[chosen]
+        header, records = _read_guarded(path, read_rollouts)
+        _check_header(path, header)
+        _check_records(path, records)
         body.append(iteration_html(chosen, header, records, max_chars))
         info.update(iteration=chosen, records=len(records))
     body.extend(stats)
@@ -457,6 +649,11 @@ def build_page(
         + "".join(body)
         + f"<script>{SCRIPT}</script></body></html>"
     )
+    try:
+        page.encode("utf-8")
+    except UnicodeEncodeError:
+        # lone surrogates, from JSON escapes or an undecodable folder name: no UTF-8 for them
+        page = _SURROGATE.sub("\ufffd", page)
     return page, info
 
 
@@ -468,7 +665,7 @@ def _read_config(run: Path) -> str:
             f"env {env['id']} ({env['num_groups']} groups x {env['group_size']}), "
             f"estimator {algo['estimator']}, model {model['name_or_path']}"
         )
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, RecursionError, MemoryError):
         return "no readable config.json"
 
 
@@ -478,32 +675,93 @@ def write_page(
     iteration: int | None = None,
     max_chars: int = 1500,
 ) -> tuple[Path, dict[str, Any]]:
-    """Writes the page; returns its path and what it holds (with ``bytes``)."""
+    """Writes the page; returns its path and what it holds (with ``bytes``).
+
+    Raises:
+        ViewError: as :func:`build_page`, or the page cannot be written where asked.
+        training.rollouts.RolloutFileError: as :func:`build_page`.
+    """
     page, info = build_page(run_dir, iteration, max_chars)
     path = Path(output) if output is not None else Path(run_dir) / VIEW_FILE
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(page, encoding="utf-8")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(page, encoding="utf-8")
+    except OSError as exc:
+        raise ViewError(f"cannot write the page to {path}: {exc.strerror or exc}") from None
     info["bytes"] = path.stat().st_size
     return path, info
 
 
-def serve(path: Path, port: int = 0) -> None:  # pragma: no cover - interactive
-    """Serves ``path``'s folder on 127.0.0.1 until interrupted."""
-    folder = path.resolve().parent
+def page_server(path: Path, port: int = 0) -> http.server.ThreadingHTTPServer:
+    """A server on 127.0.0.1 (``port`` 0: any free one) that answers ``/`` and ``/NAME``
+    (``path``'s own name) with the page as it is on disk, and 404 to every other request: the
+    page needs nothing else (its style and script are inline), and the rest of its folder is
+    not the server's to show.
 
-    class Handler(http.server.SimpleHTTPRequestHandler):
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            super().__init__(*args, directory=str(folder), **kwargs)
+    Raises:
+        OSError: the port cannot be bound.
+    """
+    page = Path(path).resolve()
+    routes = {"/", f"/{page.name}"}
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self._answer(with_body=True)
+
+        def do_HEAD(self) -> None:
+            self._answer(with_body=False)
+
+        def _answer(self, with_body: bool) -> None:
+            route = urllib.parse.unquote(urllib.parse.urlsplit(self.path).path)
+            try:
+                content = page.read_bytes() if route in routes else None
+            except OSError:
+                content = None
+            if content is None:
+                self.send_error(404, "only the viewer page is served here")
+                return
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html; charset=utf-8")
+            self.send_header("Content-Length", str(len(content)))
+            self.send_header("X-Content-Type-Options", "nosniff")
+            self.send_header("Cache-Control", "no-store")
+            self.end_headers()
+            if with_body:
+                self.wfile.write(content)
 
         def log_message(self, *args: Any) -> None:
             pass
 
-    with socketserver.TCPServer(("127.0.0.1", port), Handler) as server:
-        print(f"serving http://127.0.0.1:{server.server_address[1]}/{path.name} (Ctrl-C stops)")
+    return http.server.ThreadingHTTPServer(("127.0.0.1", port), Handler)
+
+
+def serve(path: Path, port: int = 0) -> None:
+    """Serves the page ``path`` (:func:`page_server`) until interrupted.
+
+    Raises:
+        OSError: the port cannot be bound.
+    """
+    with page_server(path, port) as server:
+        address = f"http://127.0.0.1:{server.server_address[1]}/"
+        print(f"serving {address}{urllib.parse.quote(Path(path).name)} (Ctrl-C stops)", flush=True)
         try:
             server.serve_forever()
         except KeyboardInterrupt:
             pass
+
+
+def _count(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
+def _port(text: str) -> int:
+    value = int(text)
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be from 0 to 65535, got {value}")
+    return value
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -514,10 +772,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-o", "--output", help=f"the HTML file (default RUN_DIR/{VIEW_FILE})")
     parser.add_argument("--iteration", type=int, help="iteration to show (default: last saved)")
     parser.add_argument(
-        "--max-chars", type=int, default=1500, help="observation characters shown per step"
+        "--max-chars", type=_count, default=1500, help="observation characters shown per step"
     )
-    parser.add_argument("--serve", action="store_true", help="serve the page on 127.0.0.1")
-    parser.add_argument("--port", type=int, default=0, help="port for --serve (0: any free)")
+    parser.add_argument(
+        "--serve", action="store_true", help="serve the page (only it) on 127.0.0.1"
+    )
+    parser.add_argument("--port", type=_port, default=0, help="port for --serve (0: any free)")
     args = parser.parse_args(argv)
     try:
         path, info = write_page(args.run_dir, args.output, args.iteration, args.max_chars)
@@ -526,10 +786,18 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print(
         f"wrote {path} ({info['bytes'] / 1e6:.2f} MB; iteration {info['iteration']}, "
-        f"{info['records']} records)"
+        f"{info['records']} records)",
+        flush=True,
     )
     if args.serve:
-        serve(path, args.port)
+        try:
+            serve(path, args.port)
+        except OSError as exc:
+            print(
+                f"python -m training.view: error: cannot serve on port {args.port}: {exc}",
+                file=sys.stderr,
+            )
+            return 2
     return 0
 
 
