@@ -4,24 +4,58 @@
     python -m retrieval_server serve --index INDEX_DIR [--host 127.0.0.1] [--port 8000]
     python -m retrieval_server serve --corpus wiki.jsonl   # bm25s index built in memory
 
-``serve`` prints one line ``listening on http://HOST:PORT`` once the index is loaded and
-the socket is bound (``--port 0`` picks a free port and prints it).
+``serve`` prints one line ``listening on http://HOST:PORT`` once the socket listens with
+the index loaded (with ``--workers N``: once the first worker does), so a client may connect
+as soon as it reads the line (``--port 0`` picks a free port and prints it). SIGTERM or
+Ctrl+C stops it: requests under way get ``--shutdown-timeout-s`` to finish, then are cut.
+
+Every numeric flag has a range (the ``Limits`` ones in ``retrieval_server.limits.BOUNDS``);
+a value outside it, ``inf`` and ``nan`` included, exits with status 2 and names the flag.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import socket
 import sys
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import fields
 
 from retrieval_server.backends import BACKENDS, BackendError, get_backend, load_backend
 from retrieval_server.backends.base import read_meta
 from retrieval_server.corpus import CorpusError, read_corpus
+from retrieval_server.limits import BOUNDS, Limits, problem_with
+
+#: how long requests under way at SIGTERM may take to finish (``--shutdown-timeout-s``).
+SHUTDOWN_TIMEOUT_S = 5.0
+#: uvicorn's log levels (``--log-level``).
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
+
+
+def bounded(kind: type, low: float, high: float) -> Callable[[str], int | float]:
+    """An argparse ``type``: ``kind`` (int or float) parsed from the text, in ``[low, high]``.
+
+    ``inf``, ``nan`` and out-of-range values are refused (argparse names the flag and exits
+    with status 2).
+    """
+
+    def parse(text: str) -> int | float:
+        try:
+            value = kind(text)
+        except ValueError:
+            value = math.nan
+        problem = problem_with(value, kind, low, high)
+        if problem is not None:
+            raise argparse.ArgumentTypeError(f"{problem}, got {text!r}")
+        return value
+
+    parse.__name__ = kind.__name__
+    return parse
 
 
 def _build_options(args: argparse.Namespace) -> dict:
@@ -80,11 +114,40 @@ def listening_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
+def announce_when_listening(sock: socket.socket, line: str) -> threading.Event:
+    """Prints ``line`` once ``sock`` listens (uvicorn calls ``listen()`` when it serves).
+
+    A client that connects after reading the line is accepted: a socket that is bound but
+    not yet listening refuses connections. Returns an event that stops the watch (set it
+    when the server ends). Where the platform cannot say whether a socket listens, the
+    socket listens at once and connections wait in its backlog until the server takes them.
+    """
+    stop = threading.Event()
+    if not hasattr(socket, "SO_ACCEPTCONN"):
+        sock.listen(2048)  # uvicorn's default backlog
+        print(line, flush=True)
+        return stop
+
+    def watch() -> None:
+        while not stop.is_set():
+            try:
+                listening = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN)
+            except OSError:  # closed: the server ended before it listened
+                return
+            if listening:
+                print(line, flush=True)
+                return
+            stop.wait(0.005)
+
+    threading.Thread(target=watch, name="announce", daemon=True).start()
+    return stop
+
+
 def serve_command(args: argparse.Namespace) -> int:
     """Loads an index and serves it until interrupted; returns the exit status."""
     import uvicorn
 
-    from retrieval_server.app import INDEX_ENV, LIMITS_ENV, Limits, create_app
+    from retrieval_server.app import INDEX_ENV, LIMITS_ENV, create_app
 
     try:
         limits = Limits(
@@ -124,11 +187,17 @@ def serve_command(args: argparse.Namespace) -> int:
             factory=True,
             workers=args.workers,
             log_level=args.log_level,
+            timeout_graceful_shutdown=args.shutdown_timeout_s,
         )
-        print(f"listening on http://{args.host}:{port} ({args.workers} workers)", flush=True)
         from uvicorn.supervisors import Multiprocess
 
-        Multiprocess(config, sockets=[sock]).run()
+        supervisor = Multiprocess(config, sockets=[sock])
+        line = f"listening on http://{args.host}:{port} ({args.workers} workers)"
+        stop_announcing = announce_when_listening(sock, line)
+        try:
+            supervisor.run()
+        finally:
+            stop_announcing.set()
         return 0
     try:
         if args.index is not None:
@@ -139,13 +208,19 @@ def serve_command(args: argparse.Namespace) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     app = create_app(backend, limits)
-    config = uvicorn.Config(app, log_level=args.log_level, access_log=False)
-    server = uvicorn.Server(config)
-    print(
-        f"listening on http://{args.host}:{port} ({backend.name}, {len(backend)} documents)",
-        flush=True,
+    config = uvicorn.Config(
+        app,
+        log_level=args.log_level,
+        access_log=False,
+        timeout_graceful_shutdown=args.shutdown_timeout_s,
     )
-    server.run(sockets=[sock])
+    server = uvicorn.Server(config)
+    line = f"listening on http://{args.host}:{port} ({backend.name}, {len(backend)} documents)"
+    stop_announcing = announce_when_listening(sock, line)
+    try:
+        server.run(sockets=[sock])
+    finally:
+        stop_announcing.set()
     return 0
 
 
@@ -160,8 +235,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     index.add_argument("--corpus", required=True, help='JSON lines {"id", "contents"}')
     index.add_argument("--out", required=True, help="directory to write the index to")
     index.add_argument("--backend", default="bm25s", choices=sorted(BACKENDS))
-    index.add_argument("--k1", type=float, help="BM25 k1 (bm25s, pyserini)")
-    index.add_argument("--b", type=float, help="BM25 b (bm25s, pyserini)")
+    index.add_argument("--k1", type=bounded(float, 0.0, 100.0), help="BM25 k1 (bm25s, pyserini)")
+    index.add_argument("--b", type=bounded(float, 0.0, 1.0), help="BM25 b (bm25s, pyserini)")
     index.add_argument("--no-stemmer", action="store_true", help="bm25s: do not stem words")
     index.add_argument("--model", help="dense: a local sentence-transformers model directory")
     index.add_argument("--index-type", choices=["flat", "hnsw"], help="dense: faiss index type")
@@ -171,10 +246,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=None,
         help="dense: L2-normalise embeddings (inner product = cosine)",
     )
-    index.add_argument("--batch-size", type=int, help="dense: encoder batch size")
-    index.add_argument("--max-seq-length", type=int, help="dense: cut texts to this many tokens")
+    index.add_argument(
+        "--batch-size", type=bounded(int, 1, 1 << 16), help="dense: encoder batch size"
+    )
+    index.add_argument(
+        "--max-seq-length",
+        type=bounded(int, 1, 1 << 20),
+        help="dense: cut texts to this many tokens",
+    )
     index.add_argument("--device", help="dense: torch device of the encoder (cpu, cuda)")
-    index.add_argument("--threads", type=int, help="pyserini: indexing threads")
+    index.add_argument("--threads", type=bounded(int, 1, 1024), help="pyserini: indexing threads")
     index.add_argument("--quiet", action="store_true", help="no progress bars")
     index.set_defaults(run=index_command)
 
@@ -185,16 +266,30 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--backend", default="bm25s", choices=sorted(BACKENDS), help="the backend for --corpus"
     )
     serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=8000, help="0 picks a free port")
-    serve.add_argument("--workers", type=int, default=1, help="processes, each with the index")
-    serve.add_argument("--log-level", default="warning")
-    serve.add_argument("--max-queries", type=int)
-    serve.add_argument("--max-query-chars", type=int)
-    serve.add_argument("--max-topk", type=int)
-    serve.add_argument("--default-topk", type=int)
-    serve.add_argument("--max-body-bytes", type=int)
-    serve.add_argument("--max-batch", type=int)
-    serve.add_argument("--batch-window-s", type=float)
+    serve.add_argument(
+        "--port", type=bounded(int, 0, 65535), default=8000, help="0 picks a free port"
+    )
+    serve.add_argument(
+        "--workers",
+        type=bounded(int, 1, 256),
+        default=1,
+        help="processes, each with the index",
+    )
+    serve.add_argument("--log-level", default="warning", choices=LOG_LEVELS)
+    serve.add_argument(
+        "--shutdown-timeout-s",
+        type=bounded(float, 0.1, 600.0),
+        default=SHUTDOWN_TIMEOUT_S,
+        help=f"on SIGTERM, how long requests under way may take ({SHUTDOWN_TIMEOUT_S:g})",
+    )
+    defaults = Limits()
+    for setting in fields(Limits):
+        low, high = BOUNDS[setting.name]
+        serve.add_argument(
+            "--" + setting.name.replace("_", "-"),
+            type=bounded(type(setting.default), low, high),
+            help=f"default {getattr(defaults, setting.name)}, in [{low}, {high}]",
+        )
     serve.set_defaults(run=serve_command)
 
     args = parser.parse_args(argv)

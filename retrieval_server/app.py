@@ -11,23 +11,27 @@ single-query form), each ``doc`` the stored ``{"id", "contents"}``; with
 Search-R1's own server does, an empty ``queries`` list gets ``{"result": []}``, an empty or
 blank query gets an empty list (the other queries of its request are still searched), and
 ``"topk": null`` means the default. What no client sends gets a 4xx answer with
-``{"detail": "..."}``: 400 for a body that is not a JSON object, 413 for a body over the
-size limit, 422 for wrong types or values over the limits. A failing backend gives a 500
+``{"detail": "..."}``: 400 for a body that is not a JSON object (or nests arrays and
+objects over :data:`MAX_JSON_DEPTH` levels), 408 for a body not received within
+``read_timeout_s`` (the connection is then closed), 413 for a body over the size limit, 422
+for wrong types or values over the limits. A failing backend gives a 500
 with ``{"detail": ...}`` (logged once per failed backend call), a server shutting down 503.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import Any
 
 try:
     from fastapi import FastAPI, Request
     from fastapi.responses import JSONResponse, Response
+    from starlette.requests import ClientDisconnect
 except ImportError as error:  # pragma: no cover - exercised only without the extra
     raise ImportError(
         'the retrieval server needs FastAPI: pip install "gigpo[retrieval]"'
@@ -35,43 +39,16 @@ except ImportError as error:  # pragma: no cover - exercised only without the ex
 
 from retrieval_server.backends import SearchBackend, load_backend
 from retrieval_server.batcher import BatcherStopped, QueryBatcher
+from retrieval_server.limits import Limits
+
+__all__ = ["Limits", "RequestError", "create_app", "create_app_from_env", "parse_request"]
 
 INDEX_ENV = "GIGPO_RETRIEVAL_INDEX"
 LIMITS_ENV = "GIGPO_RETRIEVAL_LIMITS"
 
-
-@dataclass(frozen=True)
-class Limits:
-    """What one request may ask for, and how requests are batched.
-
-    Attributes:
-      max_queries: the most queries in one request.
-      max_query_chars: the longest query, in characters.
-      max_topk: the largest ``topk``.
-      default_topk: ``topk`` when the request gives none (Search-R1 uses 3).
-      max_body_bytes: the largest request body, in bytes.
-      max_batch: the most queries in one backend call.
-      batch_window_s: how long a request waits for others to batch with, in seconds.
-    """
-
-    max_queries: int = 512
-    max_query_chars: int = 4096
-    max_topk: int = 100
-    default_topk: int = 3
-    max_body_bytes: int = 4 << 20
-    max_batch: int = 256
-    batch_window_s: float = 0.002
-
-    def __post_init__(self) -> None:
-        for name in ("max_queries", "max_query_chars", "max_topk", "max_body_bytes", "max_batch"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"Limits.{name} must be >= 1, got {getattr(self, name)}")
-        if not 1 <= self.default_topk <= self.max_topk:
-            raise ValueError(
-                f"Limits.default_topk must be in [1, max_topk], got {self.default_topk}"
-            )
-        if self.batch_window_s < 0:
-            raise ValueError(f"Limits.batch_window_s must be >= 0, got {self.batch_window_s}")
+#: the deepest nesting of arrays and objects a body may have (Search-R1's has 2): deeper
+#: bodies are refused before Python's recursion limit could turn them into a 500.
+MAX_JSON_DEPTH = 32
 
 
 class RequestError(ValueError):
@@ -83,6 +60,21 @@ class RequestError(ValueError):
         self.detail = detail
 
 
+_TOO_DEEP = f"request body nests arrays or objects more than {MAX_JSON_DEPTH} levels deep"
+
+
+def _nested_deeper_than(value: Any, limit: int) -> bool:
+    """Whether arrays and objects in ``value`` nest more than ``limit`` levels deep."""
+    stack = [(value, 1)] if isinstance(value, dict | list) else []
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
+    return False
+
+
 def parse_request(body: bytes, limits: Limits) -> tuple[list[str], int, bool]:
     """Validates a ``/retrieve`` body; returns ``(queries, topk, return_scores)``.
 
@@ -92,8 +84,12 @@ def parse_request(body: bytes, limits: Limits) -> tuple[list[str], int, bool]:
         raise RequestError(413, f"request body is over {limits.max_body_bytes} bytes")
     try:
         payload = json.loads(body)
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+    except RecursionError:
+        raise RequestError(400, _TOO_DEEP) from None
+    except ValueError as error:  # bad JSON or UTF-8, or an integer over Python's digit limit
         raise RequestError(400, f"request body is not valid JSON: {error}") from None
+    if _nested_deeper_than(payload, MAX_JSON_DEPTH):
+        raise RequestError(400, _TOO_DEEP)
     if not isinstance(payload, dict):
         raise RequestError(400, "request body must be a JSON object")
     has_batch, has_single = "queries" in payload, "query" in payload
@@ -127,6 +123,36 @@ def parse_request(body: bytes, limits: Limits) -> tuple[list[str], int, bool]:
     if not isinstance(return_scores, bool):
         raise RequestError(422, f"'return_scores' must be true or false, got {return_scores!r}")
     return queries, topk, return_scores
+
+
+async def read_body(request: Request, limits: Limits) -> bytes:
+    """Reads the body of ``request``, at most ``limits.max_body_bytes`` of it.
+
+    Raises :class:`RequestError`: 413 for a body over the limit (declared or counted while
+    reading; reading stops there), 408 for one not received within ``limits.read_timeout_s``
+    seconds (a client that sends its headers and then stalls holds nothing for longer).
+    """
+    too_big = RequestError(413, f"request body is over {limits.max_body_bytes} bytes")
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limits.max_body_bytes:
+        raise too_big
+    chunks: list[bytes] = []
+
+    async def collect() -> None:
+        size = 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limits.max_body_bytes:
+                raise too_big
+            chunks.append(chunk)
+
+    try:
+        await asyncio.wait_for(collect(), limits.read_timeout_s)
+    except asyncio.TimeoutError:
+        raise RequestError(
+            408, f"request body not received within {limits.read_timeout_s} s"
+        ) from None
+    return b"".join(chunks)
 
 
 def create_app(backend: SearchBackend, limits: Limits | None = None) -> FastAPI:
@@ -186,23 +212,14 @@ def create_app(backend: SearchBackend, limits: Limits | None = None) -> FastAPI:
     )
     async def retrieve(request: Request) -> Response:
         """Returns the top ``topk`` documents for each query (see the module docs)."""
-        declared = request.headers.get("content-length")
-        if declared is not None and declared.isdigit() and int(declared) > limits.max_body_bytes:
-            return JSONResponse(
-                {"detail": f"request body is over {limits.max_body_bytes} bytes"}, 413
-            )
-        chunks, size = [], 0
-        async for chunk in request.stream():  # stop reading once over the limit
-            size += len(chunk)
-            if size > limits.max_body_bytes:
-                return JSONResponse(
-                    {"detail": f"request body is over {limits.max_body_bytes} bytes"}, 413
-                )
-            chunks.append(chunk)
         try:
-            queries, topk, return_scores = parse_request(b"".join(chunks), limits)
+            queries, topk, return_scores = parse_request(await read_body(request, limits), limits)
         except RequestError as error:
-            return JSONResponse({"detail": error.detail}, status_code=error.status)
+            # a client that did not finish its body in time is not waited for again
+            headers = {"Connection": "close"} if error.status == 408 else None
+            return JSONResponse({"detail": error.detail}, error.status, headers=headers)
+        except ClientDisconnect:  # nobody is left to read an answer
+            return Response(status_code=400)
         # Search-R1's server answers an empty list with no results, and any string (an empty
         # <search> </search> included) with results or none: blank queries get [] here and
         # never fail the batch they came in.

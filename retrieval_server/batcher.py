@@ -5,6 +5,9 @@ queries. One worker thread runs the backend, so backends never run concurrently 
 JVM and faiss stay on one thread) and the event loop stays free to accept requests. Each
 request gets back exactly its own results: queries are grouped by ``k`` and results are cut
 back into the requests they came from, in order.
+
+The window is at most :data:`MAX_WINDOW_S`: every request may wait that long, so a longer
+(or infinite) window would hold each request, and a server shutting down, for that long.
 """
 
 from __future__ import annotations
@@ -12,12 +15,17 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from retrieval_server.backends import Hit, SearchBackend
 
 logger = logging.getLogger(__name__)
+
+#: the longest batch window, in seconds: batching gains nothing that a second's wait on every
+#: request is worth, and clients (30 s timeouts) and shutdown must not wait on the window.
+MAX_WINDOW_S = 1.0
 
 
 class BatcherStopped(RuntimeError):
@@ -38,17 +46,26 @@ class QueryBatcher:
       backend: the index to search.
       max_batch: the most queries in one backend call (one request may exceed it; it then
         runs alone).
-      window_s: how long the first request of a batch waits for others, in seconds.
+      window_s: how long the first request of a batch waits for others, in seconds: a finite
+        number in ``[0, MAX_WINDOW_S]``.
+
+    Raises:
+      ValueError: ``max_batch`` below 1, or ``window_s`` not finite or outside its range.
     """
 
     def __init__(self, backend: SearchBackend, max_batch: int = 256, window_s: float = 0.002):
-        if max_batch < 1 or window_s < 0:
-            raise ValueError(f"need max_batch >= 1 and window_s >= 0, got {max_batch}, {window_s}")
+        if max_batch < 1:
+            raise ValueError(f"max_batch must be >= 1, got {max_batch}")
+        if not (math.isfinite(window_s) and 0 <= window_s <= MAX_WINDOW_S):
+            raise ValueError(
+                f"window_s must be a finite number in [0, {MAX_WINDOW_S}] seconds, got {window_s}"
+            )
         self.backend = backend
         self.max_batch = int(max_batch)
         self.window_s = float(window_s)
         self._queue: asyncio.Queue[_Pending] | None = None
         self._task: asyncio.Task | None = None
+        self._taken: list[_Pending] = []  # out of the queue, not yet answered
         self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="search")
         self.batches = 0
         self.queries = 0
@@ -59,15 +76,22 @@ class QueryBatcher:
         self._task = asyncio.create_task(self._run())
 
     async def stop(self) -> None:
-        """Stops the loop; requests still waiting get :class:`BatcherStopped`."""
+        """Stops the loop; requests not yet answered get :class:`BatcherStopped`.
+
+        That includes the batch the loop holds (waiting out its window or being searched),
+        not only the requests still queued; calling it twice is harmless.
+        """
         if self._task is not None:
             self._task.cancel()
             try:
                 await self._task
             except asyncio.CancelledError:
                 pass
+        unanswered = list(self._taken)
+        self._taken = []
         while self._queue is not None and not self._queue.empty():
-            pending = self._queue.get_nowait()
+            unanswered.append(self._queue.get_nowait())
+        for pending in unanswered:
             if not pending.future.done():
                 pending.future.set_exception(BatcherStopped("the server is shutting down"))
         self._executor.shutdown(wait=False, cancel_futures=True)
@@ -84,7 +108,7 @@ class QueryBatcher:
         assert self._queue is not None
         loop = asyncio.get_running_loop()
         while True:
-            batch = [await self._queue.get()]
+            batch = self._taken = [await self._queue.get()]
             size = len(batch[0].queries)
             deadline = loop.time() + self.window_s
             while size < self.max_batch:
@@ -99,6 +123,7 @@ class QueryBatcher:
                 batch.append(pending)
                 size += len(pending.queries)
             await self._serve(loop, batch)
+            self._taken = []
 
     async def _serve(self, loop: asyncio.AbstractEventLoop, batch: list[_Pending]) -> None:
         by_k: dict[int, list[_Pending]] = {}

@@ -89,7 +89,7 @@ def test_requests_waiting_at_shutdown_are_told_so(index):
     async def run():
         with pytest.raises(RuntimeError, match="start"):
             await QueryBatcher(index).search(["a"], 1)
-        batcher = QueryBatcher(index, window_s=10.0)
+        batcher = QueryBatcher(index, window_s=1.0)  # the longest window allowed
         await batcher.start()
         await batcher.stop()  # the loop is gone: a request queued now waits ...
         pending = asyncio.ensure_future(batcher.search(["a"], 1))

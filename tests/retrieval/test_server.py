@@ -255,7 +255,7 @@ def test_cli_errors_are_clear(tmp_path, corpus_path):
     completed = run_cli("index", "--corpus", str(tmp_path / "none.jsonl"), "--out", "x")
     assert completed.returncode == 2 and "not found" in completed.stderr
     completed = run_cli("serve", "--index", str(tmp_path), "--max-topk", "0")
-    assert completed.returncode == 2 and "max_topk" in completed.stderr
+    assert completed.returncode == 2 and "--max-topk" in completed.stderr
     completed = run_cli("serve", "--port", "0")
     assert completed.returncode == 2 and "exactly one of --index" in completed.stderr
     completed = run_cli("serve", "--index", str(tmp_path), "--workers", "2", "--port", "0")
