@@ -9,7 +9,10 @@ class does everything the contract asks of all of them:
   only, so the same seed gives the same first state in every process. ``reset()`` without a
   seed starts the next episode from a seed derived from the previous episode's seed (a
   blake2b digest), so envs that started from the same seed stay in step episode by episode.
-  This is what keeps a GiGPO group together through a vector env's autoreset.
+  This is what keeps a GiGPO group together through a vector env's autoreset. Seeds are
+  ints in ``0 .. 2**63 - 1``, the range that ``state_dict()`` round-trips; ``reset`` refuses
+  any other seed (a bool included), and constructor arguments are type-checked the same way,
+  by :mod:`gigpo_envs.arguments`.
 * parsing: the raw response goes through an :class:`~gigpo_envs.parsing.ActionParser`, then
   through :meth:`TextEnv.parse_game_action`. Text that names no admissible action is a no-op
   on the game state: the step still counts towards ``max_steps``, ``info["is_action_valid"]``
@@ -39,6 +42,15 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from gigpo_envs.arguments import (
+    MAX_STEPS_LIMIT,
+    SEED_MAX,
+    check_float,
+    check_int,
+    check_seed,
+    check_str,
+    check_type,
+)
 from gigpo_envs.parsing import DEFAULT_PARSER, ActionParser
 from gigpo_envs.prompts import PromptTemplate
 
@@ -49,7 +61,7 @@ OBSERVATION_MAX_LENGTH = 4096
 #: Upper bound, in characters, of the action space; longer responses are invalid actions.
 ACTION_MAX_LENGTH = DEFAULT_PARSER.max_response_chars
 
-_SEED_MASK = (1 << 63) - 1
+_SEED_MASK = SEED_MAX  # every derived seed is 63-bit, inside the range reset() accepts
 
 
 def canonical_json(obj: Any) -> str:
@@ -104,15 +116,12 @@ class TextEnv(gym.Env[str, str]):
         action_parser: ActionParser | None = None,
         render_mode: str | None = None,
     ) -> None:
-        if int(max_steps) < 1:
-            raise ValueError(f"max_steps must be >= 1, got {max_steps}")
-        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
-            raise ValueError(
-                f"render_mode must be None or one of {self.metadata['render_modes']}, "
-                f"got {render_mode!r}"
-            )
-        self.max_steps = int(max_steps)
-        self.invalid_action_penalty = float(invalid_action_penalty)
+        self.max_steps = check_int("max_steps", max_steps, 1, MAX_STEPS_LIMIT)
+        self.invalid_action_penalty = check_float("invalid_action_penalty", invalid_action_penalty)
+        if action_parser is not None:
+            check_type("action_parser", action_parser, ActionParser, "an ActionParser or None")
+        if render_mode is not None:
+            check_str("render_mode", render_mode, self.metadata["render_modes"])
         self.action_parser = action_parser if action_parser is not None else DEFAULT_PARSER
         self.render_mode = render_mode
         self.observation_space = spaces.Text(
@@ -170,14 +179,16 @@ class TextEnv(gym.Env[str, str]):
         """Starts an episode; returns ``(observation, info)``.
 
         Args:
-          seed: the episode seed; None continues the seed chain of the previous episode
-            (or draws fresh OS entropy on the very first reset).
+          seed: the episode seed, an int in ``0 .. 2**63 - 1`` (the range ``state_dict()``
+            round-trips; see :mod:`gigpo_envs.arguments`); None continues the seed chain of
+            the previous episode (or draws fresh OS entropy on the very first reset).
           options: unused, accepted for the Gymnasium API.
+
+        Raises ``TypeError`` for a seed that is not an int (a bool is not) and ``ValueError``
+        for one outside the range, before the current episode is touched.
         """
         if seed is not None:
-            if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0:
-                raise ValueError(f"seed must be a non-negative int or None, got {seed!r}")
-            episode_seed = int(seed)
+            episode_seed = check_seed(seed)
         elif self._episode_seed is not None:
             episode_seed = next_episode_seed(self._episode_seed)
         else:
@@ -248,9 +259,7 @@ class TextEnv(gym.Env[str, str]):
             elapsed_steps = int(state["elapsed_steps"])
             won, done = bool(state["won"]), bool(state["done"])
             seed = state["episode_seed"]
-            seed = None if seed is None else int(seed)
-            if seed is not None and not 0 <= seed <= _SEED_MASK:
-                raise ValueError(f"episode_seed out of range: {seed}")
+            seed = None if seed is None else check_seed(seed, "episode_seed")
             self._game_load(state["game"])
         except (KeyError, TypeError, IndexError, AttributeError) as error:
             raise ValueError(f"malformed {self.env_name} state_dict: {error!r}") from error

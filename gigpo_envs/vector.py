@@ -24,6 +24,8 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv, VectorEnv, VectorWrapper
 
+from gigpo_envs.arguments import SEED_MAX, check_int, check_seed
+
 
 def _make_env(
     env_id: str, env_kwargs: dict[str, Any], wrappers: tuple[Callable[[gym.Env], gym.Env], ...]
@@ -74,11 +76,12 @@ class GroupVectorEnv(VectorWrapper):
           seed: None for the next round of seeds; an int ``s`` to restart the seed
             schedule at ``s`` (group ``g`` gets ``s + g``); or a sequence of
             ``num_groups`` ints, the seed of each group (the schedule then continues
-            after the largest of them).
+            after the largest of them). Every seed a group gets must be an int in
+            ``0 .. 2**63 - 1``, as :meth:`TextEnv.reset <gigpo_envs.base.TextEnv.reset>` asks.
           options: passed to every sub-environment.
         """
-        if seed is not None and not isinstance(seed, int | np.integer):
-            seeds = [_check_seed(s) for s in seed]
+        if isinstance(seed, Sequence | np.ndarray) and not isinstance(seed, str):
+            seeds = [check_seed(s) for s in seed]
             if len(seeds) != self.num_groups:
                 raise ValueError(
                     f"seed has {len(seeds)} entries, need one per group ({self.num_groups})"
@@ -86,10 +89,14 @@ class GroupVectorEnv(VectorWrapper):
             self._base_seed, self._round = max(seeds) + 1, 0
             self.group_seeds = np.asarray(seeds, dtype=np.int64)
         else:
-            if seed is not None:
-                self._base_seed, self._round = _check_seed(seed), 0
-            first = self._base_seed + self._round * self.num_groups
-            self._round += 1
+            base, round_ = (self._base_seed, self._round) if seed is None else (check_seed(seed), 0)
+            first = base + round_ * self.num_groups
+            if first + self.num_groups - 1 > SEED_MAX:
+                raise ValueError(
+                    f"the seed schedule from {base} runs past 2**63 - 1, the largest episode "
+                    f"seed, at round {round_}; reset(seed=s) with a smaller s"
+                )
+            self._base_seed, self._round = base, round_ + 1
             self.group_seeds = np.arange(first, first + self.num_groups, dtype=np.int64)
         env_seeds = [int(s) for s in np.repeat(self.group_seeds, self.group_size)]
         observations, infos = self.env.reset(seed=env_seeds, options=options)
@@ -117,12 +124,6 @@ class GroupVectorEnv(VectorWrapper):
             self.anchor_texts[mask] = infos["anchor_text"][mask]
         infos["group_id"] = self.group_ids.copy()
         return infos
-
-
-def _check_seed(seed: Any) -> int:
-    if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0:
-        raise ValueError(f"seed must be a non-negative int or None, got {seed!r}")
-    return int(seed)
 
 
 def make_group_vec(
@@ -153,11 +154,9 @@ def make_group_vec(
       A :class:`GroupVectorEnv`; observations are tuples of ``num_envs`` strings, actions a
       sequence of ``num_envs`` strings.
     """
-    for name, value in (("num_groups", num_groups), ("group_size", group_size)):
-        if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
-            raise ValueError(f"{name} must be an int >= 1, got {value!r}")
-    if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0:
-        raise ValueError(f"seed must be a non-negative int, got {seed!r}")
+    num_groups = check_int("num_groups", num_groups, 1)
+    group_size = check_int("group_size", group_size, 1)
+    check_seed(seed)
     gym.spec(env_id)  # raises a clear error for an unknown id, before any worker starts
     env_fns = [
         functools.partial(_make_env, env_id, dict(env_kwargs), tuple(wrappers))

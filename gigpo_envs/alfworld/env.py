@@ -9,9 +9,10 @@ from typing import Any
 import numpy as np
 
 from gigpo_envs.alfworld.facts import RoomLayout, fact_strings, mutable_facts
-from gigpo_envs.alfworld.games import default_data_dir, find_games, require_alfworld
+from gigpo_envs.alfworld.games import SPLITS, default_data_dir, find_games, require_alfworld
 from gigpo_envs.alfworld.session import TextWorldSession
 from gigpo_envs.alfworld.templates import ALFWORLD_TEMPLATE
+from gigpo_envs.arguments import check_bool, check_float, check_path, check_str
 from gigpo_envs.base import TextEnv, state_digest
 from gigpo_envs.parsing import ActionParser, normalize_action_text
 
@@ -82,12 +83,14 @@ class AlfWorldEnv(TextEnv):
             action_parser=action_parser,
             render_mode=render_mode,
         )
+        if data_dir is not None:
+            check_path("data_dir", data_dir)
+        self.split = check_str("split", split, SPLITS)
+        self.win_reward = check_float("win_reward", win_reward)
+        self.expert = check_bool("expert", expert)
         require_alfworld()
         self.data_dir = Path(data_dir).expanduser() if data_dir else default_data_dir()
-        self.split = split
         self.games = find_games(self.data_dir, split, task_types)
-        self.win_reward = float(win_reward)
-        self.expert = bool(expert)
         self._session: TextWorldSession | None = None
         self.game: str | None = None
         self.goal = ""

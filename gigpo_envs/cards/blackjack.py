@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from gigpo_envs.arguments import check_bool
 from gigpo_envs.base import TextEnv
 from gigpo_envs.cards.cards import DECK, card_value, rank_label
 from gigpo_envs.cards.templates import BLACKJACK_TEMPLATE
@@ -89,7 +90,7 @@ class BlackjackEnv(TextEnv):
             action_parser=action_parser,
             render_mode=render_mode,
         )
-        self.natural = bool(natural)
+        self.natural = check_bool("natural", natural)
         self.player = ""  # cards as concatenated 2-character strings
         self.dealer = ""
         self.deck = ""

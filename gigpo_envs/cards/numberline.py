@@ -6,10 +6,13 @@ from typing import Any
 
 import numpy as np
 
+from gigpo_envs.arguments import MAX_STEPS_LIMIT, check_int
 from gigpo_envs.base import TextEnv
 from gigpo_envs.cards.templates import NUMBERLINE_TEMPLATE
 from gigpo_envs.parsing import ActionParser
 
+#: The longest line: its default ``max_steps`` (twice this) stays within ``MAX_STEPS_LIMIT``.
+MAX_POSITION_LIMIT = MAX_STEPS_LIMIT // 2
 _ALIASES = {
     "+": "+",
     "-": "-",
@@ -34,7 +37,8 @@ class NumberLineEnv(TextEnv):
     a step that does.
 
     Args:
-      max_position: the line is ``0 .. max_position``; start and target differ.
+      max_position: the line is ``0 .. max_position``; start and target differ. At most
+        :data:`MAX_POSITION_LIMIT`, so that the default ``max_steps`` stays in bounds.
       max_steps: steps before truncation; defaults to ``2 * max_position``.
       **kwargs: ``invalid_action_penalty``, ``action_parser``, ``render_mode``.
     """
@@ -51,15 +55,14 @@ class NumberLineEnv(TextEnv):
         action_parser: ActionParser | None = None,
         render_mode: str | None = None,
     ) -> None:
-        if int(max_position) < 1:
-            raise ValueError(f"max_position must be >= 1, got {max_position}")
+        max_position = check_int("max_position", max_position, 1, MAX_POSITION_LIMIT)
         super().__init__(
-            max_steps=max_steps if max_steps is not None else 2 * int(max_position),
+            max_steps=max_steps if max_steps is not None else 2 * max_position,
             invalid_action_penalty=invalid_action_penalty,
             action_parser=action_parser,
             render_mode=render_mode,
         )
-        self.max_position = int(max_position)
+        self.max_position = max_position
         self.position = 0
         self.target = 0
 

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from gigpo_envs.arguments import check_bool, check_int
 from gigpo_envs.base import TextEnv
 from gigpo_envs.cards.cards import RANKS, SUITS, card_name, card_value
 from gigpo_envs.cards.formula import OPERATORS, PARENTHESES, evaluate, is_solvable
@@ -19,6 +20,8 @@ from gigpo_envs.cards.templates import POINTS_TEMPLATE
 from gigpo_envs.parsing import ActionParser
 
 WIN_REWARD, LOSE_REWARD = 10.0, -1.0
+#: The largest target (in absolute value): six cards worth at most 10 never make more.
+MAX_TARGET = 10**6
 _NUMBERS = tuple(str(n) for n in range(1, 11))
 _ALIASES = (
     {token: token for token in (*_NUMBERS, *OPERATORS, *PARENTHESES, "=")}
@@ -43,8 +46,9 @@ class PointsEnv(TextEnv):
     ``max_steps`` truncates the episode with 0.
 
     Args:
-      target: the value to reach (12 for EZPoints, 24 for Points24).
-      num_cards: cards dealt (2 for EZPoints, 4 for Points24).
+      target: the value to reach (12 for EZPoints, 24 for Points24), an int with
+        ``abs(target) <= MAX_TARGET`` (10**6): six cards worth at most 10 never make more.
+      num_cards: cards dealt (2 for EZPoints, 4 for Points24), 1 to 6.
       max_steps: steps before truncation.
       solvable_only: deal again until the solver finds a formula (default True).
       **kwargs: ``invalid_action_penalty``, ``action_parser``, ``render_mode``.
@@ -70,11 +74,9 @@ class PointsEnv(TextEnv):
             action_parser=action_parser,
             render_mode=render_mode,
         )
-        if not 1 <= int(num_cards) <= 6:
-            raise ValueError(f"num_cards must be in 1..6, got {num_cards}")
-        self.target = int(target)
-        self.num_cards = int(num_cards)
-        self.solvable_only = bool(solvable_only)
+        self.target = check_int("target", target, -MAX_TARGET, MAX_TARGET)
+        self.num_cards = check_int("num_cards", num_cards, 1, 6)
+        self.solvable_only = check_bool("solvable_only", solvable_only)
         self.cards: list[str] = []
         self.formula: list[str] = []
         self._unused: list[int] = []

@@ -18,10 +18,11 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
+from gigpo_envs.arguments import MAX_STEPS_LIMIT, check_int, check_path, check_str, check_type
 from gigpo_envs.base import OBSERVATION_MAX_LENGTH, TextEnv
 from gigpo_envs.searchqa.answers import exact_match, token_f1
 from gigpo_envs.searchqa.datasets import QAItem, load_questions
-from gigpo_envs.searchqa.parsing import SearchAnswerParser
+from gigpo_envs.searchqa.parsing import PROTOCOLS, SearchAnswerParser
 from gigpo_envs.searchqa.retriever import (
     BackendRetriever,
     Passage,
@@ -30,6 +31,10 @@ from gigpo_envs.searchqa.retriever import (
     corpus_backend,
 )
 from gigpo_envs.searchqa.templates import SEARCHQA_TEMPLATE
+
+#: The longest observation (and passage) a SearchQA env may be built for: a million
+#: characters is far beyond any model's context, so a larger value is a typo.
+MAX_OBSERVATION_CHARS = 1_000_000
 
 
 class UnicodeText(spaces.Text):
@@ -101,6 +106,7 @@ class SearchQAEnv(TextEnv):
       max_passage_chars: under ``strict``, each passage's text is cut to this many
         characters (default 1000); under ``search-r1`` passages are not cut (None).
       max_observation_chars: the longest observation; passages are cut further to fit.
+        ``256 .. MAX_OBSERVATION_CHARS``; ``max_passage_chars`` is ``16 ..`` that bound.
       client_options: ``RetrievalClient`` options (``timeout_s``, ``retries``, ...).
       invalid_action_penalty, action_parser, render_mode: as in :class:`TextEnv`.
 
@@ -129,8 +135,23 @@ class SearchQAEnv(TextEnv):
         action_parser: SearchAnswerParser | None = None,
         render_mode: str | None = None,
     ) -> None:
-        if action_parser is not None and not isinstance(action_parser, SearchAnswerParser):
-            raise TypeError("action_parser must be a SearchAnswerParser")
+        if action_parser is not None:
+            check_type("action_parser", action_parser, SearchAnswerParser, "a SearchAnswerParser")
+        check_str("protocol", protocol, PROTOCOLS)
+        for name, steps in (("max_steps", max_steps), ("max_turns", max_turns)):
+            if steps is not None:
+                check_int(name, steps, 1, MAX_STEPS_LIMIT)  # by the name the caller used
+        topk = check_int("topk", topk, 1, 100)
+        if max_passage_chars is not None:
+            check_int("max_passage_chars", max_passage_chars, 16, MAX_OBSERVATION_CHARS)
+        check_int("max_observation_chars", max_observation_chars, 256, MAX_OBSERVATION_CHARS)
+        check_type("dataset", dataset, (str, os.PathLike, Sequence), "a path or a list of QAItem")
+        if corpus is not None:
+            check_path("corpus", corpus)
+        if retriever_url is not None:
+            check_str("retriever_url", retriever_url)
+        if client_options is not None:
+            check_type("client_options", client_options, dict, "a dict or None")
         parser = action_parser or SearchAnswerParser(protocol=protocol)
         if parser.protocol != protocol:
             raise ValueError(
@@ -148,14 +169,8 @@ class SearchQAEnv(TextEnv):
         )
         if sum(x is not None for x in (corpus, retriever_url, retriever)) != 1:
             raise ValueError("give exactly one of corpus=, retriever_url= or retriever=")
-        if isinstance(topk, bool) or int(topk) != topk or not 1 <= topk <= 100:
-            raise ValueError(f"topk must be an int in [1, 100], got {topk!r}")
         if protocol == "search-r1" and max_passage_chars is not None:
             raise ValueError("max_passage_chars applies to protocol='strict' only")
-        if (max_passage_chars is not None and max_passage_chars < 16) or (
-            max_observation_chars < 256
-        ):
-            raise ValueError("need max_passage_chars >= 16 and max_observation_chars >= 256")
         if isinstance(dataset, str | os.PathLike):
             self.questions = load_questions(dataset)
         else:

@@ -6,6 +6,7 @@ from typing import Any
 
 import numpy as np
 
+from gigpo_envs.arguments import MAX_STEPS_LIMIT, check_int, check_type
 from gigpo_envs.base import OBSERVATION_MAX_LENGTH, TextEnv
 from gigpo_envs.parsing import ActionParser
 from gigpo_envs.sokoban.generator import generate_room
@@ -48,8 +49,11 @@ class SokobanEnv(TextEnv):
     ``info["won"]`` is True). An invalid action pays ``invalid_action_penalty`` instead.
 
     Args:
-      dim_room: ``(height, width)`` in cells including the outer wall.
-      num_boxes: boxes (and targets) per room.
+      dim_room: ``(height, width)`` in cells including the outer wall, each at least 4; the
+        room's text (``height * (width + 1)`` characters) must fit the observation space's
+        4096, which bounds the room (64 x 63 at most).
+      num_boxes: boxes (and targets) per room, ``1 .. (height - 2) * (width - 2) - 2`` (the
+        inner cells, less two so that the player can move).
       max_steps: steps before truncation.
       max_solution_steps: longest optimal solution a generated room may need; defaults to
         ``max_steps``, so every room can be solved in time.
@@ -80,17 +84,27 @@ class SokobanEnv(TextEnv):
             action_parser=action_parser,
             render_mode=render_mode,
         )
-        if len(tuple(dim_room)) != 2:
-            raise ValueError(f"dim_room must be (height, width), got {dim_room!r}")
-        self.dim_room = (int(dim_room[0]), int(dim_room[1]))
-        if self.dim_room[0] * (self.dim_room[1] + 1) > OBSERVATION_MAX_LENGTH:
+        check_type("dim_room", dim_room, (tuple, list), "a (height, width) tuple or list")
+        if len(dim_room) != 2:
+            raise ValueError(f"dim_room must be (height, width), got {len(dim_room)} values")
+        height = check_int("dim_room[0] (height)", dim_room[0], low=4)
+        width = check_int("dim_room[1] (width)", dim_room[1], low=4)
+        if height * (width + 1) > OBSERVATION_MAX_LENGTH:
             raise ValueError(
-                f"dim_room {self.dim_room} is too large for the observation space "
+                f"dim_room ({height}, {width}) is too large for the observation space "
                 f"({OBSERVATION_MAX_LENGTH} characters)"
             )
-        self.num_boxes = int(num_boxes)
-        self.max_solution_steps = int(max_solution_steps or max_steps)
-        self.min_solution_steps = int(min_solution_steps)
+        self.dim_room = (height, width)
+        self.num_boxes = check_int("num_boxes", num_boxes, 1, (height - 2) * (width - 2) - 2)
+        self.max_solution_steps = (
+            self.max_steps
+            if max_solution_steps is None
+            else check_int("max_solution_steps", max_solution_steps, 1)
+        )
+        # Clipped to 1 .. max_solution_steps by the generator, as documented there.
+        self.min_solution_steps = check_int(
+            "min_solution_steps", min_solution_steps, 0, MAX_STEPS_LIMIT
+        )
         if self.max_solution_steps > self.max_steps:
             raise ValueError(
                 f"max_solution_steps ({self.max_solution_steps}) must be <= max_steps "

@@ -4,11 +4,22 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
+from gigpo_envs.arguments import (
+    SEED_MAX,
+    ArgumentTypeError,
+    check_bool,
+    check_float,
+    check_int,
+    check_path,
+    check_str,
+    check_type,
+    describe,
+)
 from gigpo_envs.base import TextEnv
 from gigpo_envs.parsing import ActionParser
 from gigpo_envs.webshop.data import Goal
@@ -28,6 +39,9 @@ from gigpo_envs.webshop.templates import WEBSHOP_TEMPLATE
 
 _ACTION = re.compile(r"^(search|click)\s*\[(.*)\]$", re.DOTALL)
 _FULL_MATCH = 1.0 - 1e-9
+#: The largest ``num_products``: above the 1,181,436 products of WebShop's full catalog, so
+#: every real file fits; a generated catalog this size already takes gigabytes.
+MAX_PRODUCTS = 2_000_000
 
 
 class WebShopEnv(TextEnv):
@@ -48,8 +62,8 @@ class WebShopEnv(TextEnv):
 
     Args:
       num_products: products of the generated catalog, or the first this many of the
-        original product file (None: all).
-      catalog_seed: seed of the generated catalog.
+        original product file (None: all); at most :data:`MAX_PRODUCTS`.
+      catalog_seed: seed of the generated catalog, an int in ``0 .. 2**63 - 1``.
       data_path: None for the generated catalog (no download); a directory holding WebShop's
         original files; or ``"env"`` for ``$WEBSHOP_DATA``.
       goals: ``"human"`` or ``"synthetic"`` goals (original files only).
@@ -107,8 +121,24 @@ class WebShopEnv(TextEnv):
             action_parser=action_parser,
             render_mode=render_mode,
         )
-        if split not in SPLITS:
-            raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+        if num_products is not None:
+            check_int("num_products", num_products, 1, MAX_PRODUCTS)
+        check_int("catalog_seed", catalog_seed, 0, SEED_MAX)
+        for name, path in (("data_path", data_path), ("index_dir", index_dir)):
+            if path is not None:
+                check_path(name, path)
+        check_str("goals", goals, ("human", "synthetic"))
+        check_str("split", split, SPLITS)
+        check_str("search_backend", search_backend)
+        if backend_options is not None:
+            check_type("backend_options", backend_options, Mapping, "a dict or None")
+        if shop is not None:
+            check_type("shop", shop, Shop, "a Shop or None")
+        if noun_extractor is not None and not callable(noun_extractor):
+            raise ArgumentTypeError(
+                f"noun_extractor must be callable or None, got {describe(noun_extractor)}"
+            )
+        # noun_tagger is checked by nouns.noun_tagger, whose message lists the taggers.
         self.shop = shop or get_shop(
             data_path, num_products, catalog_seed, goals, search_backend, backend_options,
             index_dir,
@@ -117,11 +147,9 @@ class WebShopEnv(TextEnv):
         self.goal_range = self.shop.splits[split]
         if len(self.goal_range) == 0:
             raise ValueError(f"split {split!r} of {self.shop.shop_id} has no goals")
-        self.reward_scale = float(reward_scale)
-        self.success_reward_only = bool(success_reward_only)
+        self.reward_scale = check_float("reward_scale", reward_scale)
+        self.success_reward_only = check_bool("success_reward_only", success_reward_only)
         if noun_extractor is not None:
-            if not callable(noun_extractor):
-                raise ValueError(f"noun_extractor must be callable, got {noun_extractor!r}")
             self.noun_extractor = noun_extractor
             self.noun_tagger = str(
                 getattr(noun_extractor, "name", getattr(noun_extractor, "__name__", "custom"))
