@@ -283,11 +283,7 @@ def _config(model: str, config: str | None, overrides: list[str]) -> TrainConfig
 
 
 def _write_json_lines(path: Path, rows: list[dict[str, Any]]) -> None:
-    temporary = path.with_name(f".{path.name}.tmp")
-    with temporary.open("w") as stream:
-        for row in rows:
-            stream.write(json.dumps(row) + "\n")
-    temporary.replace(path)
+    atomic_write_text(path, "".join(json.dumps(row) + "\n" for row in rows))
 
 
 if __name__ == "__main__":

@@ -40,6 +40,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+from training.local.config import show
 from training.local.metrics import METRICS_FILE, read_metrics
 from training.rollouts import RolloutFileError, read_rollouts, read_summary, rollout_files
 
@@ -90,11 +91,6 @@ def _is_id(value: Any) -> bool:
     return _is_int(value) or (isinstance(value, str) and not _SURROGATE.search(value))
 
 
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else f"{text[:57]}..."
-
-
 #: The record fields the page reads: what each must hold, and the test of it.
 _RECORD_FIELDS: dict[str, tuple[str, Callable[[Any], bool]]] = {
     "group_id": ("an int or a string of valid Unicode", _is_id),
@@ -133,7 +129,7 @@ def _check_header(path: Path, header: dict[str, Any]) -> None:
         value = header.get(key)
         if value is not None and not isinstance(value, str):
             raise RolloutFileError(
-                f"{path} line 1 (header): {key} must be a string, got {_short(value)}"
+                f"{path} line 1 (header): {key} must be a string, got {show(value)}"
             )
 
 
@@ -147,7 +143,7 @@ def _check_records(path: Path, records: list[dict[str, Any]]) -> None:
                 raise RolloutFileError(f"{path} line {line}: record lacks {key}")
             if not valid(record[key]):
                 raise RolloutFileError(
-                    f"{path} line {line}: {key} must be {expected}, got {_short(record[key])}"
+                    f"{path} line {line}: {key} must be {expected}, got {show(record[key])}"
                 )
         group_id = record["group_id"]
         first, first_line = groups.setdefault(group_key(group_id), (group_id, line))
@@ -163,18 +159,18 @@ def _checked_summary(path: Path, summary: Any) -> dict[str, Any]:
     RolloutFileError naming the field when it has others."""
     where = f"{path} line 1 (header): summary"
     if not isinstance(summary, dict):
-        raise RolloutFileError(f"{where} must be an object, got {_short(summary)}")
+        raise RolloutFileError(f"{where} must be an object, got {show(summary)}")
     checked: dict[str, Any] = {}
     for key in ("records", "step_groups", "both_nonzero"):
         value = summary.get(key)
         if not _is_int(value) or value < 0:
-            raise RolloutFileError(f"{where}.{key} must be an int >= 0, got {_short(value)}")
+            raise RolloutFileError(f"{where}.{key} must be an int >= 0, got {show(value)}")
         checked[key] = value
     for key in ("coverage", "sign_disagreement"):
         value = _as_float(summary.get(key))
         if value is None or not 0.0 <= value <= 1.0:
             raise RolloutFileError(
-                f"{where}.{key} must be a number from 0 to 1, got {_short(summary.get(key))}"
+                f"{where}.{key} must be a number from 0 to 1, got {show(summary.get(key))}"
             )
         checked[key] = value
     histogram = summary.get("size_histogram")
@@ -184,7 +180,7 @@ def _checked_summary(path: Path, summary: Any) -> dict[str, Any]:
     ):
         raise RolloutFileError(
             f"{where}.size_histogram must be an object of sizes >= 1 to counts >= 0, got "
-            f"{_short(histogram)}"
+            f"{show(histogram)}"
         )
     checked["size_histogram"] = dict(histogram)
     return checked
