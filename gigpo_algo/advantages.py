@@ -38,7 +38,7 @@ from gigpo_algo.baselines import (
     reinforce_pp_baseline,
     rloo,
 )
-from gigpo_algo.grouping import anchor_groups, step_group_codes
+from gigpo_algo.grouping import METRICS, anchor_groups, step_group_codes
 
 __all__ = [
     "GiGPOResult",
@@ -165,7 +165,7 @@ def gigpo_advantages(
     rewards: Any,
     traj_ids: Any,
     group_ids: Any,
-    anchors: Any,
+    anchors: Any = None,
     *,
     gamma: float = 0.95,
     step_weight: float = 1.0,
@@ -176,6 +176,7 @@ def gigpo_advantages(
     is_action_valid: Any = None,
     invalid_penalty: float = 0.0,
     eps: float = 1e-6,
+    step_group_ids: Any = None,
 ) -> GiGPOResult:
     """The whole GiGPO advantage: ``A = A_E + step_weight * A_S`` (Eq. 9).
 
@@ -203,6 +204,11 @@ def gigpo_advantages(
             return are lowered by c before normalisation (verl-agent's semantics). The
             penalty is not propagated to earlier rows' returns.
         eps: added to the std under ``"mean_std"``.
+        step_group_ids: shape (N,), or None: the step groups already formed from the rows'
+            anchors and ``group_ids`` (:func:`anchor_groups` with the same ``similarity``
+            and ``similarity_metric``), for a caller that needs them for every estimator and
+            forms them once; then ``anchors`` is not read (and may be None). Each step group
+            must lie inside one episode group.
 
     Returns:
         :class:`GiGPOResult`, every field of shape (N,).
@@ -219,14 +225,19 @@ def gigpo_advantages(
     )
     _check_unit_interval(gamma, "gamma")
     _check_finite(step_weight, "step_weight")
-    step_ids = step_group_codes(
-        anchors,
-        ep.groups,
-        ep.num_groups,
-        similarity,
-        similarity_metric,
-        metric_name="similarity_metric",
-    )
+    if step_group_ids is None:
+        if anchors is None:
+            raise ValueError("gigpo_advantages needs anchors (or step_group_ids)")
+        step_ids = step_group_codes(
+            anchors,
+            ep.groups,
+            ep.num_groups,
+            similarity,
+            similarity_metric,
+            metric_name="similarity_metric",
+        )
+    else:
+        step_ids = _given_step_groups(step_group_ids, ep, similarity, similarity_metric)
     returns = _discounted_returns(ep.rewards, ep.traj_codes, float(gamma)) - ep.penalties
     num_step_groups = int(step_ids.max()) + 1 if len(returns) else 0
     a_s = normalize_in_groups(returns, step_ids, num_step_groups, norm, eps)
@@ -238,6 +249,25 @@ def gigpo_advantages(
         returns=wrap(returns),
         step_group_ids=step_ids,
     )
+
+
+def _given_step_groups(
+    step_group_ids: Any, ep: EpisodeLevel, similarity: Any, similarity_metric: str
+) -> np.ndarray:
+    """``step_group_ids`` as int64 codes (shape (N,)), checked: each group inside one
+    episode group; the similarity settings they were formed with are checked as
+    :func:`anchor_groups` checks them."""
+    codes, k = to_ids(step_group_ids, "step_group_ids", len(ep.groups))
+    if combine_codes(ep.groups, ep.num_groups, codes, k)[1] != k:
+        raise ValueError("step_group_ids: a step group spans more than one episode group")
+    if similarity is not None and (
+        isinstance(similarity, bool) or not isinstance(similarity, int | float | np.floating)
+        or not 0.0 < float(similarity) < 1.0
+    ):  # fmt: skip
+        raise ValueError(f"similarity must be a float in (0, 1) or None, got {similarity!r}")
+    if similarity_metric not in METRICS:
+        raise ValueError(f"similarity_metric must be one of {METRICS}, got {similarity_metric!r}")
+    return codes
 
 
 class EpisodeLevel(NamedTuple):

@@ -223,6 +223,7 @@ def estimator_advantages(
     anchors: Any = None,
     *,
     is_action_valid: Any = None,
+    step_group_ids: Any = None,
     **settings: Any,
 ) -> GiGPOResult:
     """The advantages of estimator ``estimator`` (one of ``ESTIMATORS``) for step records.
@@ -235,6 +236,8 @@ def estimator_advantages(
         **settings: keyword arguments of the estimator; a value of None means "the
             estimator's default". A setting the estimator does not read (not in
             ``ESTIMATOR_SETTINGS[estimator]``) raises, rather than being ignored.
+        step_group_ids: shape (N,), or None: step groups already formed from ``anchors``
+            (see :func:`gigpo_advantages`); read by ``"gigpo"`` only.
 
     Returns:
         :class:`GiGPOResult`.
@@ -245,10 +248,16 @@ def estimator_advantages(
     given = {k: v for k, v in settings.items() if v is not None}
     check_settings(estimator, given)
     if estimator == "gigpo":
-        if anchors is None:
+        if anchors is None and step_group_ids is None:
             raise ValueError('estimator "gigpo" needs anchors')
         return gigpo_advantages(
-            rewards, traj_ids, group_ids, anchors, is_action_valid=is_action_valid, **given
+            rewards,
+            traj_ids,
+            group_ids,
+            anchors,
+            is_action_valid=is_action_valid,
+            step_group_ids=step_group_ids,
+            **given,
         )
     if estimator == "grpo":
         return grpo_advantages(

@@ -144,3 +144,24 @@ def test_tensors_in_tensors_out():
     np.testing.assert_allclose(
         out.advantages.numpy(), grpo_advantages(r, t, g).advantages, atol=1e-5
     )
+
+
+def test_gigpo_takes_step_groups_formed_once_and_checks_them():
+    """A caller that forms the step groups for every estimator passes them in: the same
+    advantages as grouping the anchors here, with exact and with similarity grouping."""
+    from gigpo_algo.advantages import anchor_groups, gigpo_advantages
+
+    rewards, traj, group = [0.0, 1.0, 0.0, 1.0, 0.5, 0.0], [0, 0, 1, 1, 2, 3], [0, 0, 0, 0, 1, 1]
+    texts = ["room a", "room b", "room a!", "room c", "room a", "room a"]
+    for similarity in (None, 0.8):
+        ids = anchor_groups(texts, group, similarity=similarity)
+        ref = gigpo_advantages(rewards, traj, group, texts, similarity=similarity)
+        got = gigpo_advantages(rewards, traj, group, similarity=similarity, step_group_ids=ids)
+        np.testing.assert_array_equal(got.advantages, ref.advantages)
+        np.testing.assert_array_equal(got.step_group_ids, ref.step_group_ids)
+    with pytest.raises(ValueError, match="spans more than one episode group"):
+        gigpo_advantages(rewards, traj, group, step_group_ids=[0] * 6)
+    with pytest.raises(ValueError, match="similarity_metric must be one of"):
+        gigpo_advantages(rewards, traj, group, similarity_metric="bogus", step_group_ids=ids)
+    with pytest.raises(ValueError, match="needs anchors"):
+        gigpo_advantages(rewards, traj, group)
