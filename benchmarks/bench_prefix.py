@@ -46,11 +46,12 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import torch
 
+    from training.local.batch import make_batch, token_log_probs
     from training.local.config import load_config
     from training.local.model import load_model, load_tokenizer, resolve_model_path
+    from training.local.play import config_envs
+    from training.local.policy import policy_loss
     from training.local.rollout import generate, render_prompts
-    from training.local.train import config_envs
-    from training.local.update import make_batch, ppo_loss, token_log_probs
 
     overrides = ["--model.name_or_path=" + ("tiny-random" if args.model == "tiny" else args.model)]
     if args.env:
@@ -73,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
             stop_text=r.stop_text, share_prefix=share,
         )  # fmt: skip
 
-    from training.local.rollout import StepRecords
+    from training.records import StepRecords
 
     gen_seconds = {share: _best(lambda s=share: gen(s), args.repeats) for share in (False, True)}
     responses, log_probs = gen_seconds[False][1]
@@ -90,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
         batch = make_batch(records, rows, advantages, tokenizer.pad_token_id, share_prefix=share)
         model.zero_grad(set_to_none=True)
         lp = token_log_probs(model, batch)
-        loss, _ = ppo_loss(lp, batch, None, config.algo)
+        loss, _ = policy_loss(lp, batch, None, config.algo)
         loss.backward()
         return lp.detach()[batch.response_mask.bool()], batch.prefix_length
 

@@ -63,8 +63,8 @@ def bare_generate_seconds(config, model_path: Path) -> float:
     import torch
 
     from training.local.model import load_model, load_tokenizer
+    from training.local.play import config_envs, train_seeds
     from training.local.rollout import generate, render_prompts
-    from training.local.train import config_envs, train_seeds
 
     tokenizer = load_tokenizer(model_path)
     model = load_model(model_path, config.model.dtype, device=config.model.device)

@@ -98,7 +98,7 @@ def test_smoke_config_by_name_runs_from_an_install(installed):
     out = installed["cwd"] / "smoke"
     _run(
         [str(installed["venv"] / "bin" / "gigpo-train"), "--config", "smoke", "--out", str(out),
-         "--run.iterations=1", "--run.eval_every=0", "--run.progress=false"],
+         "--run.iterations=1", "--eval.every=0", "--run.progress=false"],
         cwd=installed["cwd"],
     )  # fmt: skip
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
@@ -109,8 +109,8 @@ def test_smoke_config_by_name_runs_from_an_install(installed):
 @pytest.mark.slow
 def test_quick_start_first_iteration_runs_from_an_install(installed):
     _run(
-        [str(installed["python"]), "-m", "training.quickstart", "--out", "qs",
-         "--run.iterations=1", "--run.eval_every=0", "--env.eval_groups=0",
+        [str(installed["python"]), "-m", "training.cli.quickstart", "--out", "qs",
+         "--run.iterations=1", "--eval.every=0", "--eval.groups=0",
          "--run.progress=false"],
         cwd=installed["cwd"], timeout=1200,
     )  # fmt: skip

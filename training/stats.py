@@ -1,8 +1,12 @@
-"""Confidence intervals the reports share: a mean over seeds or episodes, and a success rate."""
+"""Statistics the reports share: confidence intervals (a mean over seeds or episodes, a
+success rate) and the one step-group statistic (metrics, rollout files and the viewer)."""
 
 from __future__ import annotations
 
 import math
+from typing import Any
+
+import numpy as np
 
 #: Two-sided 95% Student-t quantiles by degrees of freedom (1..30); 1.96 beyond.
 _T95 = (
@@ -47,3 +51,51 @@ def wilson_interval(successes: int, trials: int, z: float = Z95) -> tuple[float,
     low = 0.0 if successes == 0 else max(0.0, centre - half)
     high = 1.0 if successes == trials else min(1.0, centre + half)
     return low, high
+
+
+def step_group_summary(
+    step_group_ids: Any,
+    episode_advantages: Any = None,
+    step_advantages: Any = None,
+) -> dict[str, Any]:
+    """How much step-level signal a batch of step records offers, whatever the estimator.
+
+    Args:
+        step_group_ids: int, shape (N,): each record's step group, unique across episode
+            groups (:func:`training.advantages.step_groups`).
+        episode_advantages, step_advantages: float, shape (N,), or None: A_E and A_S.
+
+    Returns:
+        ``records`` (N); ``step_group_coverage``: share of records in a step group of size
+        >= 2; ``step_group_mean_size``: records per step group; ``step_groups``: how many;
+        ``step_group_sizes``: {size: number of step groups of that size}; with the
+        advantages also ``sign_disagreement``: among records whose A_S and A_E are both
+        nonzero, the share whose signs differ (the step level overrules the episode level),
+        and ``both_nonzero``: how many such records.
+    """
+    ids = np.asarray(step_group_ids)
+    n = len(ids)
+    summary: dict[str, Any] = {"records": n}
+    if n == 0:
+        summary.update(step_group_coverage=0.0, step_group_mean_size=0.0, step_groups=0,
+                       step_group_sizes={})  # fmt: skip
+    else:
+        _, codes, sizes = np.unique(ids, return_inverse=True, return_counts=True)
+        histogram = np.unique(sizes, return_counts=True)
+        summary.update(
+            step_group_coverage=float((sizes[codes] >= 2).mean()),
+            step_group_mean_size=float(sizes.mean()),
+            step_groups=len(sizes),
+            step_group_sizes={int(k): int(v) for k, v in zip(*histogram, strict=True)},
+        )
+    if episode_advantages is not None and step_advantages is not None:
+        a_e = np.asarray(episode_advantages, dtype=np.float64)
+        a_s = np.asarray(step_advantages, dtype=np.float64)
+        both = (a_e != 0) & (a_s != 0)
+        disagree = both & ((a_s > 0) != (a_e > 0))
+        count = int(both.sum())
+        summary.update(
+            sign_disagreement=int(disagree.sum()) / count if count else 0.0,
+            both_nonzero=count,
+        )
+    return summary

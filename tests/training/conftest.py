@@ -33,7 +33,7 @@ def tiny_config(tiny_model_dir: Path, tmp_path: Path):
             "--env.group_size=3",
             "--env.history_length=1",
             "--env.kwargs={max_steps: 3}",  # short episodes; a test's own kwargs replace it
-            "--env.eval_groups=2",
+            "--eval.groups=2",
             "--rollout.max_new_tokens=10",
             "--algo.minibatch_size=9",
             "--algo.kl_coef=0.01",

@@ -133,9 +133,9 @@ def main() -> None:
         RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port())
     )
     from training.openrlhf.command import plan
-    from training.openrlhf.records import INFO_KEY
     from training.openrlhf.samples import sample_multiple
     from training.openrlhf.train import prepare
+    from training.openrlhf.turns import INFO_KEY
 
     run_plan = plan(job["args"])
     import ray

@@ -124,7 +124,7 @@ def test_missing_file_is_a_clear_error(tmp_path):
 
 
 def test_warmup_ramps_the_learning_rate_linearly():
-    from training.local.train import learning_rate
+    from training.local.model import learning_rate
 
     config = load_config(None, ["--optim.lr=1e-4", "--optim.warmup_iterations=4"])
     rates = [learning_rate(config, k) for k in range(6)]
@@ -156,7 +156,8 @@ def test_config_errors_come_before_any_model_is_built(tmp_path):
 
 
 def test_resume_with_another_config_names_the_differing_keys(tiny_config, tmp_path):
-    from training.local.train import ResumeConfigError, train
+    from training.local.resume import ResumeConfigError
+    from training.local.train import train
 
     out = tmp_path / "resume"
     train(tiny_config("gigpo/NumberLine-v0", "--run.iterations=1", out=out))

@@ -1,10 +1,10 @@
 """Every estimator, through both trainers: one episode score, and similarity on state text.
 
 Step records come from real environments (Sokoban, ALFWorld) played by a scripted random
-policy. The local trainer's ``compute_advantages`` and the OpenRLHF estimator's
-``batch_advantages`` must give GRPO == GiGPO(step_weight=0) and RLOO == GiGPO(step_weight=0,
-norm="loo") row for row, and with a similarity threshold must group the steps on their
-states' texts, as ``anchor_groups`` does, never on the state keys.
+policy. The local trainer's ``critic_free_advantages`` (training.advantages) and the
+OpenRLHF estimator's ``batch_advantages`` must give GRPO == GiGPO(step_weight=0) and
+RLOO == GiGPO(step_weight=0, norm="loo") row for row, and with a similarity threshold must
+group the steps on their states' texts, as ``anchor_groups`` does, never on the state keys.
 """
 
 from __future__ import annotations
@@ -16,12 +16,13 @@ import pytest
 from gigpo_algo.advantages import anchor_groups, gigpo_advantages
 from gigpo_algo.tokens import turns_to_tokens
 from gigpo_envs import make_group_vec
+from training.advantages import critic_free_advantages, step_groups
 from training.local.config import AlgoConfig
-from training.local.rollout import StepRecords
-from training.local.update import compute_advantages, step_group_stats
 from training.openrlhf.estimator import GiGPOSettings, batch_advantages
-from training.openrlhf.records import EpisodeTurns
 from training.openrlhf.spans import turn_columns
+from training.openrlhf.turns import SampleTurns
+from training.records import StepRecords
+from training.stats import step_group_summary
 
 
 def play(env_id: str, num_groups: int, group_size: int, turns: int, seed: int, **kwargs):
@@ -69,7 +70,7 @@ def local_records(rows) -> StepRecords:
 
 
 def openrlhf_batch(rows):
-    """One EpisodeTurns per trajectory (3 response tokens per turn, 2 between turns), in one
+    """One SampleTurns per trajectory (3 response tokens per turn, 2 between turns), in one
     experience; returns (batch, shapes, turn spans, row order of the flattened turns)."""
     trajs = sorted({r["traj"] for r in rows})
     episodes, order = [], []
@@ -77,7 +78,7 @@ def openrlhf_batch(rows):
         mine = [i for i, r in enumerate(rows) if r["traj"] == t]
         ranges = [(5 + 5 * k, 8 + 5 * k) for k in range(len(mine))]
         episodes.append(
-            EpisodeTurns(
+            SampleTurns(
                 group=f"task{rows[mine[0]]['group']}",
                 traj=str(t),
                 rewards=[rows[i]["reward"] for i in mine],
@@ -124,18 +125,18 @@ def test_grpo_and_rloo_equal_gigpo_without_step_level_in_both_trainers(
     assert sum(not r["valid"] for r in rows) > 0  # the penalty is exercised
     rec = local_records(rows)
     common = dict(episode_stats=episode_stats, invalid_penalty=0.5)
-    gigpo0 = compute_advantages(
+    gigpo0 = critic_free_advantages(
         rec, AlgoConfig(estimator="gigpo", step_weight=0.0, norm=norm, **common)
     )
-    grpo = compute_advantages(rec, AlgoConfig(estimator="grpo", norm=norm, **common))
+    grpo = critic_free_advantages(rec, AlgoConfig(estimator="grpo", norm=norm, **common))
     np.testing.assert_array_equal(grpo.advantages, gigpo0.advantages)
-    gigpo_loo = compute_advantages(
+    gigpo_loo = critic_free_advantages(
         rec, AlgoConfig(estimator="gigpo", step_weight=0.0, norm="loo", **common)
     )
-    rloo = compute_advantages(rec, AlgoConfig(estimator="rloo", **common))
+    rloo = critic_free_advantages(rec, AlgoConfig(estimator="rloo", **common))
     np.testing.assert_array_equal(rloo.advantages, gigpo_loo.advantages)
     # The step level is on in GiGPO proper, so GRPO is a different estimator there.
-    full = compute_advantages(rec, AlgoConfig(estimator="gigpo", norm=norm, **common))
+    full = critic_free_advantages(rec, AlgoConfig(estimator="gigpo", norm=norm, **common))
     assert not np.allclose(full.advantages, grpo.advantages)
 
     # The OpenRLHF estimator: the same numbers, written onto each turn's tokens.
@@ -159,9 +160,9 @@ def _check_similarity_partition(rows, threshold: float) -> None:
     assert len(set(on_keys)) != len(set(expected)) or not np.array_equal(on_keys, expected)
 
     # The invalid-action penalty gives returns a spread even where no episode is won.
-    local = compute_advantages(rec, AlgoConfig(similarity=threshold, invalid_penalty=0.5))
-    np.testing.assert_array_equal(local.step_group_ids, expected)
-    stats = step_group_stats(rec, local, AlgoConfig(similarity=threshold))
+    local = critic_free_advantages(rec, AlgoConfig(similarity=threshold, invalid_penalty=0.5))
+    np.testing.assert_array_equal(step_groups(rec, AlgoConfig(similarity=threshold)), expected)
+    stats = step_group_summary(step_groups(rec, AlgoConfig(similarity=threshold)))
     assert stats["step_groups"] == len(set(expected.tolist()))
 
     reference = gigpo_advantages(
@@ -212,8 +213,8 @@ def test_a_threshold_without_state_text_is_refused():
         is_action_valid=[True, True],
     )
     with pytest.raises(ValueError, match="anchor_text"):
-        compute_advantages(rec, AlgoConfig(similarity=0.5))
-    ep = EpisodeTurns(
+        critic_free_advantages(rec, AlgoConfig(similarity=0.5))
+    ep = SampleTurns(
         group="g",
         traj="t",
         rewards=[0.0],
@@ -226,7 +227,7 @@ def test_a_threshold_without_state_text_is_refused():
     with pytest.raises(ValueError, match="anchor_text"):
         batch_advantages([[ep, ep]], [(2, 3)], GiGPOSettings(similarity=0.5))
     # Exact grouping needs no text.
-    assert len(compute_advantages(rec, AlgoConfig()).advantages) == 2
+    assert len(critic_free_advantages(rec, AlgoConfig()).advantages) == 2
 
 
 def test_turns_to_tokens_layout_is_the_one_the_helper_reads(sokoban_rows):

@@ -1,4 +1,4 @@
-"""``python -m training.evaluate`` on every registered env, its numbers against the trainer's
+"""``python -m training.cli.evaluate`` on every registered env, its numbers against the trainer's
 held-out evaluation, run directories, the ReAct prompt, and bad input."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pytest
 from sample_data import sample_dir
 
 import gigpo_envs  # noqa: F401  (registers the ids)
-from training.evaluate import REACT_INSTRUCTION, main
+from training.cli.evaluate import REACT_INSTRUCTION, main
 from training.local.checkpoint import read_checkpoint
 from training.local.config import load_config
 from training.stats import wilson_interval
@@ -93,7 +93,7 @@ NUMBERLINE = [
     "--env.id=gigpo/NumberLine-v0",
     "--env.kwargs={max_position: 4, max_steps: 4}",
     "--env.heldout_fraction=0.3",
-    "--env.eval_groups=5",
+    "--eval.groups=5",
     "--env.history_length=0",
     "--env.template={task: 'Number line.', order: [current], current: '{observation}'}",
     "--rollout.max_new_tokens=3",
@@ -102,7 +102,7 @@ NUMBERLINE = [
     "--run.seed=3",
     "--run.iterations=1",
     "--run.progress=false",
-    "--run.eval_every=1",
+    "--eval.every=1",
 ]
 
 
@@ -115,7 +115,7 @@ def test_a_run_directory_gives_the_trainers_own_held_out_numbers(
 
     run = tmp_path / "run"
     rows = train(tiny_config("gigpo/NumberLine-v0", *NUMBERLINE[1:], out=run))
-    summary, episodes = _run(tmp_path, run)  # its config, its checkpoint, eval_groups tasks
+    summary, episodes = _run(tmp_path, run)  # its config, its checkpoint, eval.groups tasks
     assert summary["episodes"] == 5
     assert summary["success_rate"] == rows[-1]["eval_success_rate"]
     assert summary["mean_return"] == pytest.approx(rows[-1]["eval_mean_return"])
@@ -126,7 +126,7 @@ def test_a_run_directory_gives_the_trainers_own_held_out_numbers(
     # The checkpoint's weights, not the base model's.
     import torch
 
-    from training.evaluate import load_policy
+    from training.cli.evaluate import load_policy
 
     config = load_config(run / "config.json")
     policy, _, path = load_policy(str(run), config, tmp_path / "o")
@@ -148,8 +148,8 @@ def test_react_prompt_asks_to_reason_first_and_prefills_think(tiny_model_dir, tm
     assert summary["prompt"] == "react" and summary["max_new_tokens"] == 6
     assert all(s["action"].startswith("<think>") for e in episodes for s in e["steps"])
 
-    from training.evaluate import EvalSettings, prompt_config
-    from training.local.train import config_envs
+    from training.cli.evaluate import EvalSettings, prompt_config
+    from training.local.play import config_envs
 
     config = prompt_config(load_config(None, NUMBERLINE), EvalSettings(episodes=1, prompt="react"))
     envs = config_envs(config, 1, 1)
@@ -215,7 +215,7 @@ def test_command_line(tiny_model_dir, tmp_path):
     env = dict(os.environ, PYTHONPATH=str(REPO))
     out = tmp_path / "cli"
     done = subprocess.run(
-        [sys.executable, "-m", "training.evaluate", "--model", str(tiny_model_dir),
+        [sys.executable, "-m", "training.cli.evaluate", "--model", str(tiny_model_dir),
          "--episodes", "2", "--out", str(out), *NUMBERLINE],
         capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300,
     )  # fmt: skip

@@ -10,6 +10,8 @@ fails for a trainer whose signal is absent or backwards.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -22,20 +24,20 @@ ITERATIONS = 25
 
 def _rise(tiny_config, tmp_path, transform=None, monkeypatch=None) -> float:
     if transform is not None:
-        real = train_module.compute_advantages
+        real = train_module.critic_free_advantages
 
-        def altered(records, algo):
-            result = real(records, algo)
-            return result._replace(advantages=transform(np.asarray(result.advantages)))
+        def altered(records, algo, groups):
+            result = real(records, algo, groups)
+            return dataclasses.replace(result, advantages=transform(result.advantages))
 
-        monkeypatch.setattr(train_module, "compute_advantages", altered)
+        monkeypatch.setattr(train_module, "critic_free_advantages", altered)
     config = tiny_config(
         "gigpo/NumberLine-v0",
         "--env.kwargs={max_position: 1, max_steps: 1}",
         "--env.num_groups=8",
         "--env.group_size=4",
         "--env.history_length=0",
-        "--env.eval_groups=0",
+        "--eval.groups=0",
         "--env.template={task: 'Number line.', order: [current], current: '{observation}'}",
         "--rollout.max_new_tokens=3",
         "--rollout.response_prefix=<action>",

@@ -47,7 +47,7 @@ def test_two_iterations_run_and_update_the_model(
 ):
     out = tmp_path / "run"
     config = tiny_config(
-        env_id, *ENV_ARGS[env_id], f"--algo.estimator={estimator}", "--run.eval_every=2", out=out
+        env_id, *ENV_ARGS[env_id], f"--algo.estimator={estimator}", "--eval.every=2", out=out
     )
     rows = train(config)
 
@@ -145,9 +145,9 @@ def test_a_run_does_not_depend_on_whether_its_model_was_built_or_cached(
 ):
     # Converting SmolLM2 on first use draws from torch's RNG (transformers initialises the
     # model before loading the weights); here the first run's model "build" does the same.
-    import training.local.train as train_module
+    import training.local.model as model_module
 
-    real = train_module.resolve_model_path
+    real = model_module.resolve_model_path
     args = ("gigpo/NumberLine-v0", "--run.iterations=1", "--run.checkpoint_every=0")
     cached = train(tiny_config(*args, out=tmp_path / "cached"))
 
@@ -155,7 +155,7 @@ def test_a_run_does_not_depend_on_whether_its_model_was_built_or_cached(
         torch.rand(1000)  # what a first-use build does to the global RNG
         return real(config, out)
 
-    monkeypatch.setattr(train_module, "resolve_model_path", building)
+    monkeypatch.setattr(model_module, "resolve_model_path", building)
     built = train(tiny_config(*args, out=tmp_path / "built"))
     timeless = [{k: v for k, v in r.items() if not k.startswith("time_")} for r in built]
     assert timeless == [{k: v for k, v in r.items() if not k.startswith("time_")} for r in cached]

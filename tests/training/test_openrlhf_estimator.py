@@ -9,7 +9,7 @@ import pytest
 
 from gigpo_algo.advantages import gigpo_advantages
 from training.openrlhf.estimator import SETTINGS_ENV, GiGPOSettings, batch_advantages
-from training.openrlhf.records import EpisodeTurns
+from training.openrlhf.turns import SampleTurns
 
 
 def _episode(group, traj, rewards, anchors, start=4, gap=3, length=3):
@@ -17,7 +17,7 @@ def _episode(group, traj, rewards, anchors, start=4, gap=3, length=3):
     for _ in rewards:
         ranges.append((pos, pos + length))
         pos += length + gap
-    return EpisodeTurns(
+    return SampleTurns(
         group=group,
         traj=traj,
         rewards=list(rewards),
@@ -102,14 +102,14 @@ def test_settings_travel_as_json_and_validate(monkeypatch):
 
 def test_turn_records_round_trip_and_reject_damage():
     ep = _episode("g", "t", [1.0, 2.0], ["x", "y"])
-    assert EpisodeTurns.from_dict(json.loads(json.dumps(ep.to_dict()))) == ep
+    assert SampleTurns.from_dict(json.loads(json.dumps(ep.to_dict()))) == ep
     broken = ep.to_dict()
     del broken["anchors"]
     with pytest.raises(ValueError, match="lacks 'anchors'"):
-        EpisodeTurns.from_dict(broken)
+        SampleTurns.from_dict(broken)
     with pytest.raises(ValueError, match="has 1 entries"):
-        EpisodeTurns.from_dict(dict(ep.to_dict(), anchors=["x"]))
+        SampleTurns.from_dict(dict(ep.to_dict(), anchors=["x"]))
     with pytest.raises(ValueError, match="finite"):
-        EpisodeTurns.from_dict(dict(ep.to_dict(), rewards=[1.0, float("nan")]))
+        SampleTurns.from_dict(dict(ep.to_dict(), rewards=[1.0, float("nan")]))
     with pytest.raises(ValueError, match="must be a dict"):
-        EpisodeTurns.from_dict([1, 2])
+        SampleTurns.from_dict([1, 2])

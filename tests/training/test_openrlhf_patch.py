@@ -13,7 +13,7 @@ import torch
 
 from training.openrlhf import patch
 from training.openrlhf.estimator import SETTINGS_ENV, GiGPOSettings
-from training.openrlhf.records import INFO_KEY, EpisodeTurns
+from training.openrlhf.turns import INFO_KEY, SampleTurns
 
 # OpenRLHF's own Experience, length penalties and version: run where it is installed.
 pytestmark = pytest.mark.openrlhf
@@ -75,7 +75,7 @@ def test_setup_worker_hook_runs_in_a_fresh_process():
 
 
 def _record(group, traj, rewards, ranges, length, anchors=None):
-    return EpisodeTurns(
+    return SampleTurns(
         group=group,
         traj=traj,
         rewards=rewards,

@@ -27,7 +27,7 @@ from openrlhf_launcher import command_line, dry_run, submitted_args
 import gigpo_envs  # noqa: F401  (registers the environments)
 import training
 from gigpo_algo.estimators import estimator_advantages
-from training.rollouts import read_rollouts, rollout_files
+from training.record_files import read_rollouts, rollout_files
 
 pytestmark = pytest.mark.openrlhf
 

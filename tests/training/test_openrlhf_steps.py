@@ -29,7 +29,7 @@ from training.openrlhf.executor import (
     run_episode,
     task_label,
 )
-from training.steps import StepRecords
+from training.records import StepRecords
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 from standin_engine import StandinEngine  # noqa: E402

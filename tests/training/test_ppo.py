@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 import torch
 
+from training.local.batch import make_batch
 from training.local.checkpoint import read_checkpoint
 from training.local.config import ConfigError, load_config
-from training.local.critic import load_critic, token_values
+from training.local.critic import load_critic, ppo_targets, record_values, token_values
 from training.local.metrics import read_metrics
-from training.local.rollout import StepRecords
 from training.local.train import train
-from training.local.update import make_batch, ppo_targets, record_values
+from training.records import StepRecords
 
 NUMBERLINE = [
     "--env.kwargs={max_position: 2, max_steps: 3}",
@@ -117,7 +117,7 @@ def test_ppo_targets_on_records_by_hand(tiny_model_dir):
     flat = np.array([-0.5] * r0 + [0.5] * r1)
     whitened = (flat - flat.mean()) / flat.std()
     np.testing.assert_allclose(np.concatenate(targets.advantages), whitened, atol=1e-6)
-    np.testing.assert_allclose(targets.result.returns, [-0.5, 0.5])
+    np.testing.assert_allclose(targets.summary.returns, [-0.5, 0.5])
     assert targets.stats["value_mean"] == 0.0
 
 
@@ -136,9 +136,7 @@ def _ppo_config(tiny_config, out, *extra):
 
 @pytest.mark.slow
 def test_value_loss_falls_as_the_critic_learns_the_returns(tiny_config, tmp_path):
-    config = _ppo_config(
-        tiny_config, tmp_path / "run", "--run.iterations=10", "--env.eval_groups=0"
-    )
+    config = _ppo_config(tiny_config, tmp_path / "run", "--run.iterations=10", "--eval.groups=0")
     rows = train(config)
     losses = [r["value_loss"] for r in rows]
     assert all(math.isfinite(v) for v in losses)
@@ -183,7 +181,7 @@ def test_a_checkpoint_without_a_critic_is_a_clear_error(tiny_config, tmp_path):
 
 @pytest.mark.slow
 def test_ppo_saves_rollouts_the_viewer_reads(tiny_config, tmp_path):
-    from training.rollouts import read_rollouts, rollout_path
+    from training.record_files import read_rollouts, rollout_path
 
     out = tmp_path / "run"
     train(_ppo_config(tiny_config, out, "--run.iterations=1"))

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 import torch
 
+from training.local.batch import make_batch, token_log_probs
 from training.local.model import load_model, load_tokenizer
 from training.local.prefix import MIN_SHARED, common_prefix_length, shared_prefix_length
 from training.local.rollout import collect, generate, make_envs, render_prompts
-from training.local.update import make_batch, token_log_probs
 
 
 @pytest.fixture(scope="module")

@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 import torch
 
+from training.advantages import critic_free_advantages
+from training.local.batch import make_batch, token_log_probs
 from training.local.model import load_model, load_tokenizer
 from training.local.rollout import collect, generate, make_envs, render_prompts
-from training.local.update import compute_advantages, make_batch, token_log_probs
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +67,7 @@ def test_stop_text_ends_each_response_at_its_closing_tag(model_and_tokenizer):
 
 def test_grpo_and_rloo_give_every_step_its_episode_advantage():
     from training.local.config import AlgoConfig
-    from training.local.rollout import StepRecords
+    from training.records import StepRecords
 
     rec = StepRecords(
         rewards=[0.0, 1.0, 0.0, 0.0, 0.0],
@@ -76,16 +77,16 @@ def test_grpo_and_rloo_give_every_step_its_episode_advantage():
         traj_ids=[0, 0, 1, 1, 2],
         is_action_valid=[True, True, True, False, True],
     )
-    grpo = compute_advantages(rec, AlgoConfig(estimator="grpo")).advantages
+    grpo = critic_free_advantages(rec, AlgoConfig(estimator="grpo")).advantages
     # Scores 1, 0, 0 (no penalty): mean 1/3, std sqrt(1/3) over the three trajectories.
     assert grpo[0] == grpo[1] == pytest.approx((2 / 3) / (np.sqrt(1 / 3) + 1e-6))
     assert grpo[2] == grpo[3] == grpo[4] == pytest.approx((-1 / 3) / (np.sqrt(1 / 3) + 1e-6))
-    rloo = compute_advantages(rec, AlgoConfig(estimator="rloo", invalid_penalty=0.5)).advantages
+    rloo = critic_free_advantages(rec, AlgoConfig(estimator="rloo", invalid_penalty=0.5)).advantages
     # The invalid row 3 scores 0 - 0.5; trajectory 1's value is the mean of its rows, -0.25.
     assert rloo[0] == pytest.approx(1.0 - (-0.25 + 0.0) / 2)
     assert rloo[2] == pytest.approx(0.0 - (1.0 + 0.0) / 2)
     assert rloo[3] == pytest.approx(-0.5 - (1.0 + 0.0) / 2)
-    gigpo = compute_advantages(rec, AlgoConfig(estimator="gigpo"))
+    gigpo = critic_free_advantages(rec, AlgoConfig(estimator="gigpo"))
     # Rows 0, 2 and 4 share state "a" with discounted returns 0.95 * 1, 0, 0: mean 0.95 / 3,
     # unbiased std 0.95 / sqrt(3). Rows 1 and 3 are alone in their step group: A_S = 0.
     s = 0.95 / np.sqrt(3) + 1e-6

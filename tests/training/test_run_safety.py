@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 import torch
 
-from training.evaluate import main as evaluate_main
-from training.evaluate import resolve_model
+from training.cli.evaluate import main as evaluate_main
+from training.cli.evaluate import resolve_model
 from training.local.checkpoint import (
     UnsafeCheckpointError,
     find_checkpoint,
@@ -29,12 +29,9 @@ from training.local.checkpoint import main as convert_main
 from training.local.config import load_config
 from training.local.metrics import MetricsLog, read_metrics
 from training.local.model import resolve_model_path
-from training.local.train import (
-    ResumeConfigError,
-    TrainingDivergedError,
-    check_resume,
-    train,
-)
+from training.local.policy import TrainingDivergedError
+from training.local.resume import ResumeConfigError, check_resume
+from training.local.train import train
 
 REPO = Path(__file__).resolve().parents[2]
 SOKOBAN = "--env.kwargs={dim_room: [6, 6], num_boxes: 1, max_steps: 3}"
@@ -67,7 +64,7 @@ def _config(tiny_model_dir, out, *extra):
         None,
         [
             f"--model.name_or_path={tiny_model_dir}", "--env.id=gigpo/Sokoban-v0", SOKOBAN,
-            "--env.num_groups=2", "--env.group_size=2", "--env.eval_groups=1",
+            "--env.num_groups=2", "--env.group_size=2", "--eval.groups=1",
             "--rollout.max_new_tokens=8", "--algo.minibatch_size=8", "--optim.lr=1e-3",
             "--run.iterations=1", "--run.progress=false", "--run.threads=1",
             "--run.save_rollouts_every=0", f"--out={out}", *extra,

@@ -1,4 +1,4 @@
-"""training.steps.StepRecords: the one step record of both trainers, and its plain-dict form."""
+"""training.records.StepRecords: the one step record of both trainers, and its plain-dict form."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from training.steps import StepRecords
+from training.records import StepRecords
 
 
 def _two_rows() -> StepRecords:

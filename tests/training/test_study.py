@@ -7,8 +7,8 @@ import math
 
 import pytest
 
+from training.cli.study import main, mean_ci, plan_runs
 from training.local.config import ConfigError
-from training.study import main, mean_ci, plan_runs
 
 
 def test_mean_and_95_percent_interval_by_hand():
@@ -25,10 +25,10 @@ def _config(tmp_path, model_dir, extra: str = "") -> str:
         f"model: {{name_or_path: {model_dir}}}\n"
         "env:\n  id: gigpo/NumberLine-v0\n  kwargs: {max_position: 3, max_steps: 3}\n"
         "  num_groups: 2\n  group_size: 2\n  history_length: 0\n"
-        "  eval_groups: 2\n  heldout_fraction: 0.25\n"
-        "rollout: {max_new_tokens: 4}\n"
+        "  heldout_fraction: 0.25\n"
+        "rollout: {max_new_tokens: 4}\neval: {groups: 2, every: 2}\n"
         f"algo: {{minibatch_size: 8{extra}}}\n"
-        "run: {iterations: 2, eval_every: 2, checkpoint_every: 0}\n"
+        "run: {iterations: 2, checkpoint_every: 0}\n"
     )
     return str(path)
 

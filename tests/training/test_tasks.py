@@ -9,8 +9,8 @@ import pytest
 import gigpo_envs  # noqa: F401  (registers the ids)
 from gigpo_envs import make_group_vec
 from training.local.config import load_config
+from training.local.play import train_seeds
 from training.local.tasks import EVAL_SEED_BASE, TaskSplit, heldout_score, is_heldout
-from training.local.train import train_seeds
 
 NUMBERLINE = {"max_position": 5, "max_steps": 5}
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from training.local.batch import make_batch, token_log_probs
 from training.local.config import AlgoConfig
 from training.local.model import load_model, load_tokenizer
+from training.local.policy import policy_update
 from training.local.rollout import collect, make_envs
-from training.local.update import make_batch, ppo_update, token_log_probs
 
 
 def _mean_entropy(model, records, pad_id):
@@ -32,7 +33,7 @@ def test_entropy_bonus_raises_the_entropy_and_is_logged(tiny_model_dir):
         model = load_model(tiny_model_dir, "float32")
         before = _mean_entropy(model, records, tok.pad_token_id)
         optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
-        stats = ppo_update(
+        stats = policy_update(
             model,
             None,
             optimizer,

@@ -14,14 +14,19 @@ import numpy as np
 import pytest
 
 from gigpo_algo.advantages import gigpo_advantages
+from training.cli.view import build_page, main
 from training.local.metrics import read_metrics
 from training.local.train import train
-from training.openrlhf.estimator import GiGPOSettings, batch_advantages, rollout_records
-from training.openrlhf.executor import TurnRecorder
-from training.openrlhf.patch import save_rollouts
-from training.openrlhf.records import EpisodeTurns
+from training.openrlhf.estimator import (
+    GiGPOSettings,
+    batch_advantages,
+    rollout_records,
+    save_rollouts,
+)
+from training.openrlhf.executor import record_step
 from training.openrlhf.spans import turn_columns
-from training.rollouts import (
+from training.openrlhf.turns import SampleTurns
+from training.record_files import (
     RECORD_KEYS,
     RolloutFileError,
     bound_text,
@@ -32,7 +37,7 @@ from training.rollouts import (
     rollout_rows,
     write_rollouts,
 )
-from training.view import build_page, main
+from training.records import StepRecords
 
 SOKOBAN = ["--env.kwargs={dim_room: [6, 6], num_boxes: 1, max_steps: 3}"]
 
@@ -137,7 +142,7 @@ def test_prune_on_resume(tmp_path):
 # ----------------------------------------------------------------------------- OpenRLHF path
 def _episode(group, traj, rewards, anchors, texts=True):
     k = len(rewards)
-    return EpisodeTurns(
+    return SampleTurns(
         group=group,
         traj=traj,
         rewards=rewards,
@@ -176,9 +181,9 @@ def test_openrlhf_records_carry_the_trained_values(tmp_path):
     # the first rollout of states s0 in group g forms one step group of size 2
     assert rows[0]["step_group_id"] == rows[2]["step_group_id"] != rows[1]["step_group_id"]
     # written on training steps 0, 2, 4, ... of the process
-    from training.openrlhf import patch
+    from training.openrlhf import estimator
 
-    patch._STEPS_SEEN[0] = 0
+    estimator._STEPS_SEEN[0] = 0
     written = [save_rollouts(batch, settings) for _ in range(5)]
     assert [p is not None for p in written] == [True, False, True, False, True]
     assert list(rollout_files(tmp_path)) == [0, 2, 4]
@@ -189,18 +194,24 @@ def test_openrlhf_records_carry_the_trained_values(tmp_path):
 
 
 def test_executor_records_texts_only_when_rollouts_are_saved():
-    on = TurnRecorder(group="g", max_len=100, text_chars=4)
-    off = TurnRecorder(group="g", max_len=100)
-    for recorder in (on, off):
-        recorder.add_texts("a long observation", "act")
-        recorder.add(1.0, "s", None, True, 0, 3)
-    assert on.finish(3).observations == ["a lo ... [+14 chars]"]
-    assert on.finish(3).actions == ["act"]
-    assert off.finish(3).observations == [] and off.finish(3).actions == []
-    restored = EpisodeTurns.from_dict(on.finish(3).to_dict())
+    info = {"anchor": "s", "anchor_text": None, "raw_observation": "a long observation"}
+    samples = []
+    for text_chars in (4, None):  # saving rollouts (texts bounded to 4 characters), or not
+        steps = StepRecords()
+        record_step(steps, info, 1.0, {"is_action_valid": True}, "act", group="g", traj="t",
+                    text_chars=text_chars, truncated=False)  # fmt: skip
+        samples.append(SampleTurns.from_steps(
+            steps, [(0, 3)], group="g", traj="t", sequence_length=3, max_len=100, won=False,
+            budget_ended=False,
+        ))  # fmt: skip
+    on, off = samples
+    assert on.observations == ["a lo ... [+14 chars]"]
+    assert on.actions == ["act"]
+    assert off.observations == [] and off.actions == []
+    restored = SampleTurns.from_dict(on.to_dict())
     assert restored.observations == ["a lo ... [+14 chars]"]
     with pytest.raises(ValueError, match="observations"):
-        EpisodeTurns(
+        SampleTurns(
             group="g", traj="t", rewards=[1.0], anchors=["s"], anchor_texts=[None],
             is_action_valid=[True], action_ranges=[(1, 2)], observations=["a", "b"],
         )  # fmt: skip
@@ -256,9 +267,9 @@ def short_run(tmp_path_factory, tiny_model_dir):
         None,
         [
             f"--model.name_or_path={tiny_model_dir}", "--env.id=gigpo/Sokoban-v0", *SOKOBAN,
-            "--env.num_groups=2", "--env.group_size=3", "--env.eval_groups=2",
+            "--env.num_groups=2", "--env.group_size=3", "--eval.groups=2",
             "--rollout.max_new_tokens=10", "--algo.minibatch_size=9", "--optim.lr=1e-3",
-            "--run.iterations=2", "--run.eval_every=2", "--run.progress=false",
+            "--run.iterations=2", "--eval.every=2", "--run.progress=false",
             "--run.threads=1", "--run.tensorboard=true", f"--out={out}",
         ],
     )  # fmt: skip
@@ -354,7 +365,7 @@ def test_resume_keeps_one_event_and_one_file_per_iteration(tiny_config, tmp_path
 def test_viewer_command_line(short_run, tmp_path):
     output = tmp_path / "page.html"
     done = subprocess.run(
-        [sys.executable, "-m", "training.view", str(short_run), "-o", str(output),
+        [sys.executable, "-m", "training.cli.view", str(short_run), "-o", str(output),
          "--iteration", "0"],
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip

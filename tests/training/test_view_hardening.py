@@ -25,17 +25,17 @@ import numpy as np
 import pytest
 
 from gigpo_algo.advantages import gigpo_advantages
-from training.rollouts import (
+from training.cli.view import SCRIPT, build_page, main
+from training.record_files import (
     SCHEMA,
     SCHEMA_VERSION,
     RolloutFileError,
     read_rollouts,
     rollout_path,
     rollout_rows,
-    step_group_summary,
+    rows_summary,
     write_rollouts,
 )
-from training.view import SCRIPT, build_page, main
 
 # three trajectories in two groups; trajectories 0 and 1 both start from state s0
 TRAJ = [0, 0, 1, 1, 2]
@@ -89,7 +89,7 @@ def _run(tmp_path: Path, rows: list[dict[str, Any]] | None = None, **header: Any
     written = {
         "schema": SCHEMA, "version": SCHEMA_VERSION, "iteration": 0, "source": "local",
         "records": len(rows), "estimator": "gigpo", "max_chars": 2000,
-        "summary": step_group_summary(rows),
+        "summary": rows_summary(rows),
     }  # fmt: skip
     _rewrite(path, {**written, **header}, rows)
     return run
@@ -101,7 +101,7 @@ def _fails(run: Path, capsys: pytest.CaptureFixture[str], *expected: str) -> str
     page = run / "page.html"
     assert main([str(run), "-o", str(page)]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("python -m training.view: error: ") and err.count("\n") == 1, err
+    assert err.startswith("python -m training.cli.view: error: ") and err.count("\n") == 1, err
     for piece in expected:
         assert piece in err, (piece, err)
     assert not page.exists()
@@ -144,10 +144,10 @@ class _Page(HTMLParser):
         ("both_nonzero", "<iframe src=javascript:alert(3)>"),
         ("records", True),
         ("step_groups", -1),
-        ("coverage", "1"),
+        ("step_group_coverage", "1"),
         ("sign_disagreement", float("nan")),
-        ("coverage", 7.5),
-        ("size_histogram", {"2": "<b>many</b>"}),
+        ("step_group_coverage", 7.5),
+        ("step_group_sizes", {"2": "<b>many</b>"}),
     ],
 )
 def test_a_tampered_header_summary_is_a_named_error_not_markup(tmp_path, capsys, key, value):
@@ -210,7 +210,7 @@ def test_the_command_exits_2_without_a_traceback(tmp_path):
     path = write_rollouts(run, 0, _rows())
     _rewrite(path, read_rollouts(path)[0], rows)
     done = subprocess.run(
-        [sys.executable, "-m", "training.view", str(run)],
+        [sys.executable, "-m", "training.cli.view", str(run)],
         capture_output=True,
         text=True,
         timeout=120,
@@ -218,7 +218,7 @@ def test_the_command_exits_2_without_a_traceback(tmp_path):
     assert done.returncode == 2, done.stderr
     assert "Traceback" not in done.stderr
     assert done.stderr == (
-        f"python -m training.view: error: {path} line 2: group_id must be an int or a string "
+        f"python -m training.cli.view: error: {path} line 2: group_id must be an int or a string "
         "of valid Unicode, got ['a', 'list']\n"
     )
 
@@ -371,7 +371,7 @@ def test_serve_answers_only_the_page(tmp_path):
     (site / "sub" / "other.html").write_text("<p>nor this</p>")
     page = site / "my view.html"
     server = subprocess.Popen(
-        [sys.executable, "-m", "training.view", str(run), "-o", str(page), "--serve"],
+        [sys.executable, "-m", "training.cli.view", str(run), "-o", str(page), "--serve"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -431,3 +431,18 @@ def test_texts_with_unicode_line_separators_read_back_whole(tmp_path):
     _, records = read_rollouts(path)
     assert records[0]["observation"] == odd and records[1]["action"] == odd
     assert len(records) == len(rows)
+
+
+def test_a_version_1_file_is_read_and_its_summary_recomputed(tmp_path):
+    from training.record_files import read_summary
+
+    rows = _rows()
+    path = write_rollouts(tmp_path / "run", 0, rows, estimator="gigpo")
+    assert read_rollouts(path)[0]["version"] == SCHEMA_VERSION == 2
+    header, _ = read_rollouts(path)
+    # version 1's header summary had other names; its records were the same
+    header.update(version=1, summary={"records": 5, "coverage": 0.9, "size_histogram": {"9": 9}})
+    _rewrite(path, header, rows)
+    assert read_rollouts(path)[1] == rows
+    assert read_summary(path) == rows_summary(rows)
+    assert read_summary(path)["step_group_sizes"] == {1: 3, 2: 1}

@@ -1,10 +1,27 @@
-"""The local trainer: ``python -m training.local --config training/configs/smoke.yaml``.
+"""The local trainer: ``python -m training.local --config smoke`` (``gigpo-train``).
 
-Modules: :mod:`~training.local.config` (dataclass config, YAML, CLI overrides),
-:mod:`~training.local.rollout` (generation, env steps, step records),
-:mod:`~training.local.update` (advantages, PPO loss), :mod:`~training.local.checkpoint`
-(exact resume), :mod:`~training.local.metrics` (JSON lines, learning curve),
-:mod:`~training.local.train` (the loop: ``from training.local.train import train``).
+One module per concept, in the order one iteration meets them (:mod:`~training.local.train`
+is the loop, ``from training.local.train import train``):
+
+- :mod:`~training.local.schema`: the config's sections as dataclasses;
+  :mod:`~training.local.config`: loading them (YAML, CLI overrides, renamed keys);
+  :mod:`~training.local.checks`: every value checked before a model is built.
+- :mod:`~training.local.model`: loading the policy, reference and critic
+  (:mod:`~training.local.tiny_model`: the random test model; :mod:`~training.local.critic`:
+  PPO's value model, its GAE targets and its step).
+- :mod:`~training.local.tasks`: training and held-out task seeds;
+  :mod:`~training.local.play`: playing them; :mod:`~training.local.rollout`: batched
+  generation and env steps into step records; :mod:`~training.local.prefix`: running a
+  shared prompt start once.
+- :mod:`~training.local.batch`: step records as token tensors and their log-probs;
+  :mod:`~training.local.policy`: the policy update every estimator runs.
+- :mod:`~training.local.checkpoint`: exact resume (:mod:`~training.local.checkpoint_files`:
+  the files it reads and writes); :mod:`~training.local.resume`: the config check on resume.
+- :mod:`~training.local.metrics`: an iteration's metrics row, JSON lines and the curve
+  (:mod:`~training.local.plot`: several runs on one plot, :mod:`~training.local.tensorboard`:
+  the same scalars for TensorBoard).
+
+The advantages are :mod:`training.advantages` (shared with the OpenRLHF trainer).
 """
 
 from training.local.config import TrainConfig, load_config

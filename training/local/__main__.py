@@ -9,9 +9,11 @@ from training.local.config import ConfigError, load_config
 
 USAGE = """python -m training.local --config FILE.yaml [--out DIR] [--section.key=value ...]
 
-Trains a causal LM with GiGPO (or GRPO / RLOO) on a gigpo environment, on one machine.
-Sections: model, env, rollout, algo, optim, run (see training/local/config.py), e.g.
+Trains a causal LM with GiGPO (or GRPO, RLOO, or PPO with a critic) on a gigpo environment,
+on one machine. Sections: model, env, rollout, eval, algo, optim, run (see
+training/local/schema.py), e.g.
   --algo.estimator=grpo --env.num_groups 4 --run.iterations=10 --model.name_or_path=smollm2
+  --algo.estimator=ppo --optim.critic_lr=1e-5
 Metrics go to DIR/metrics.jsonl, the learning curve to DIR/curve.png."""
 
 
@@ -24,7 +26,9 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         parser.error(str(exc))
     from training.local.checkpoint import UnsafeCheckpointError
-    from training.local.train import ResumeConfigError, TrainingDivergedError, check_resume, train
+    from training.local.policy import TrainingDivergedError
+    from training.local.resume import ResumeConfigError, check_resume
+    from training.local.train import train
 
     try:
         check_resume(config)

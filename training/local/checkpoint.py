@@ -20,7 +20,8 @@ becomes ``checkpoint.old/`` for that instant). :func:`recover_checkpoint` finish
 crash interrupted; :func:`find_checkpoint` reads without touching the directory.
 
 The environments need no state of their own: iteration ``k`` resets them with a seed that is
-a function of ``k`` (see :func:`training.local.train.train_seeds`).
+a function of ``k`` (see :func:`training.local.play.train_seeds`). The file formats are
+:mod:`training.local.checkpoint_files`.
 """
 
 from __future__ import annotations
@@ -36,13 +37,20 @@ from typing import Any
 import numpy as np
 
 from training.files import atomic_write_text
+from training.local.checkpoint_files import (
+    FORMAT,
+    read_tensors,
+    read_torch,
+    rng_from_json,
+    rng_to_json,
+    write_tensors,
+)
 
 CHECKPOINT_DIR = "checkpoint"
 #: The file written last; a checkpoint directory without it is incomplete.
 STATE_FILE = "state.json"
 #: The old pickled format's only file.
 PICKLED_FILE = "state.pt"
-FORMAT = 2
 #: Where a save stages the new checkpoint, and where the old one waits during the swap.
 STAGING_SUFFIX, OLD_SUFFIX = ".tmp", ".old"
 
@@ -99,11 +107,11 @@ def write_checkpoint(
     staging.mkdir(parents=True)
     for name in ("model", "critic"):
         if name in states:
-            _write_tensors(staging / f"{name}.safetensors", states[name])
+            write_tensors(staging / f"{name}.safetensors", states[name])
     for name in ("optimizer", "critic_optimizer"):
         if name in states:
             torch.save(states[name], staging / f"{name}.pt")
-    state = {"format": FORMAT, "iteration": int(iteration), "rng": _rng_to_json(rng)}
+    state = {"format": FORMAT, "iteration": int(iteration), "rng": rng_to_json(rng)}
     atomic_write_text(staging / STATE_FILE, json.dumps(state) + "\n")
     if target.exists():
         if old.exists():
@@ -194,13 +202,13 @@ def load_checkpoint(
     try:
         state = read_state(directory)
         load_weights(model, directory / "model.safetensors")
-        optimizer.load_state_dict(_read_torch(directory / "optimizer.pt"))
+        optimizer.load_state_dict(read_torch(directory / "optimizer.pt"))
         if critic is not None:
             if not (directory / "critic.safetensors").is_file():
                 raise ValueError("it holds no critic (a run of an estimator without one)")
             load_weights(critic, directory / "critic.safetensors")
-            critic_optimizer.load_state_dict(_read_torch(directory / "critic_optimizer.pt"))
-        rng = _rng_from_json(state["rng"])
+            critic_optimizer.load_state_dict(read_torch(directory / "critic_optimizer.pt"))
+        rng = rng_from_json(state["rng"])
     except Exception as exc:  # corrupt files, another model: say which checkpoint
         raise RuntimeError(f"cannot resume from {directory}: {exc}") from exc
     random.setstate(rng["python"])
@@ -245,7 +253,7 @@ def read_checkpoint(directory: Path) -> dict[str, Any]:
             checkpoint[name] = read_tensors(directory / f"{name}.safetensors")
     for name in ("optimizer", "critic_optimizer"):
         if (directory / f"{name}.pt").is_file():
-            checkpoint[name] = _read_torch(directory / f"{name}.pt")
+            checkpoint[name] = read_torch(directory / f"{name}.pt")
     return checkpoint
 
 
@@ -255,92 +263,39 @@ def load_weights(model: Any, path: Path) -> None:
     model.load_state_dict(read_tensors(path), strict=True)
 
 
-def read_tensors(path: Path) -> dict[str, Any]:
-    """A ``.safetensors`` file written by :func:`save_checkpoint`: name -> tensor, tied
-    names (the ``aliases`` metadata) included."""
-    from safetensors import safe_open
-    from safetensors.torch import load_file
-
-    tensors = load_file(str(path))
-    with safe_open(str(path), framework="pt") as handle:
-        metadata = handle.metadata() or {}
-    aliases = json.loads(metadata.get("aliases", "{}"))
-    if not isinstance(aliases, dict):
-        raise ValueError(f"{path}: bad 'aliases' metadata")
-    for name, original in aliases.items():
-        if original not in tensors:
-            raise ValueError(f"{path}: alias {name!r} names a missing tensor")
-        tensors[name] = tensors[original]
-    return tensors
-
-
-# ----------------------------------------------------------------------------- internals
-
-
-def _write_tensors(path: Path, tensors: dict[str, Any]) -> None:
-    """Saves a state dict as safetensors. Tied weights (two names, one tensor: an LM's
-    embedding and head) are stored once, the other name kept in the ``aliases`` metadata;
-    any other tensor sharing storage is copied (safetensors stores each tensor whole)."""
-    from safetensors.torch import save_file
-
-    unique: dict[str, Any] = {}
-    aliases: dict[str, str] = {}
-    seen_views: dict[tuple, str] = {}
-    seen_storage: set[int] = set()
-    for name, tensor in tensors.items():
-        tensor = tensor.detach().cpu()
-        view = (
-            tensor.untyped_storage().data_ptr(),
-            tensor.storage_offset(),
-            tuple(tensor.shape),
-            tuple(tensor.stride()),
-            tensor.dtype,
-        )
-        if view in seen_views:
-            aliases[name] = seen_views[view]
+def find_run_dir(path: str | Path) -> Path | None:
+    """The run directory ``path`` names, without changing anything: ``path`` itself, or its
+    parent when ``path`` is one of the run's checkpoint folders. A run directory holds a
+    ``config.json`` beside a ``checkpoint/``, ``checkpoint.tmp/`` or ``checkpoint.old/``;
+    None when ``path`` names no run (a model name, a Hugging Face model directory)."""
+    path = Path(path).expanduser()
+    names = [CHECKPOINT_DIR + suffix for suffix in ("", STAGING_SUFFIX, OLD_SUFFIX)]
+    for candidate in (path, path.parent):
+        if candidate == path.parent and path.name not in names:
             continue
-        seen_views[view] = name
-        storage = tensor.untyped_storage().data_ptr()
-        shared = storage in seen_storage and tensor.numel() > 0
-        seen_storage.add(storage)
-        unique[name] = tensor.clone() if shared else tensor.contiguous()
-    save_file(unique, str(path), metadata={"format": str(FORMAT), "aliases": json.dumps(aliases)})
+        if (candidate / "config.json").is_file() and any(
+            (candidate / name).is_dir() for name in names
+        ):
+            return candidate
+    return None
 
 
-def _read_torch(path: Path) -> Any:
-    import torch
+def whole_checkpoint(run: Path) -> Path:
+    """The newest whole checkpoint of run directory ``run`` (:func:`find_checkpoint`), its
+    ``state.json`` checked (:func:`read_state`), without changing anything.
 
-    return torch.load(path, map_location="cpu", weights_only=True)
-
-
-def _rng_to_json(rng: dict[str, Any]) -> dict[str, Any]:
-    version, words, gauss = rng["python"]
-    name, keys, position, has_gauss, cached = rng["numpy"]
-    return {
-        "python": [version, list(words), gauss],
-        "numpy": [name, [int(k) for k in keys], int(position), int(has_gauss), float(cached)],
-        "torch": [int(b) for b in rng["torch"].tolist()],
-        "generator": rng["generator"],
-    }
-
-
-def _rng_from_json(rng: dict[str, Any]) -> dict[str, Any]:
-    import torch
-
-    version, words, gauss = rng["python"]
-    name, keys, position, has_gauss, cached = rng["numpy"]
-    return {
-        "python": (int(version), tuple(int(w) for w in words), gauss),
-        "numpy": (
-            str(name),
-            np.asarray(keys, dtype=np.uint32),
-            int(position),
-            int(has_gauss),
-            float(cached),
-        ),  # fmt: skip
-        "torch": torch.tensor(rng["torch"], dtype=torch.uint8),
-        "generator": rng["generator"],
-    }
+    Raises:
+        FileNotFoundError: ``run`` holds no whole checkpoint.
+        ValueError: its ``state.json`` is not JSON or not this format (the file named).
+        UnsafeCheckpointError: the checkpoint is in the old pickled format.
+    """
+    found = find_checkpoint(run)
+    if found is None:
+        raise FileNotFoundError(
+            f"{run} is a run directory but holds no whole checkpoint (no checkpoint/state.json)"
+        )
+    read_state(found)  # ValueError naming the file when it is not this format
+    return found
 
 
 def _pickled_message(pickled: Path, out: Path) -> str:

@@ -1,9 +1,9 @@
-"""Checks of a :class:`~training.local.config.TrainConfig`, all before any model is built.
+"""Checks of a :class:`~training.local.schema.TrainConfig`, all before any model is built.
 
 Every field is checked against the constants :mod:`gigpo_algo` and the envs use, and the
 error names the dotted key and the allowed values; then one env is built and reset with the
-config's id, kwargs and prompt template. :func:`config_changes` compares a config with the
-one a checkpoint was made with.
+config's id, kwargs and prompt template. (Comparing a config with the one a checkpoint was
+made with is :mod:`training.local.resume`.)
 """
 
 from __future__ import annotations
@@ -13,14 +13,9 @@ import math
 import re
 from typing import Any
 
-from training.local.config import (
-    DTYPES,
-    PPO_ONLY,
-    TRAINER_ESTIMATORS,
-    ConfigError,
-    TrainConfig,
-    show,
-)
+from training.local.schema import DTYPES, ConfigError, TrainConfig
+from training.settings import TRAINER_ESTIMATORS, unread
+from training.text import show
 
 
 def validate(config: TrainConfig) -> None:
@@ -41,49 +36,6 @@ def validate(config: TrainConfig) -> None:
     _check_env(config)
 
 
-#: Run settings that may change when a run resumes (they do not change what it learns).
-RESUMABLE_CHANGES = (
-    "run.out",  # a run directory moved or copied elsewhere learns the same
-    "run.iterations",
-    "run.resume",
-    "run.progress",
-    "run.threads",
-    "run.eval_every",
-    "run.checkpoint_every",
-    "run.allow_config_change",
-    "run.label",
-    "run.save_rollouts_every",
-    "run.rollout_max_chars",
-    "run.tensorboard",
-)
-
-
-def config_changes(saved: dict[str, Any], config: TrainConfig) -> list[str]:
-    """``key: saved -> now`` for each dotted key whose value differs from a saved
-    ``config.json``, leaving out :data:`RESUMABLE_CHANGES`."""
-    now = _flatten(config.to_dict())
-    before = _flatten(saved)
-    changes = []
-    for key in sorted(set(now) | set(before)):
-        if key in RESUMABLE_CHANGES:
-            continue
-        if before.get(key, "<absent>") != now.get(key, "<absent>"):
-            changes.append(
-                f"{key}: {show(before.get(key, '<absent>'))} -> {show(now.get(key, '<absent>'))}"
-            )
-    return changes
-
-
-def _flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    flat: dict[str, Any] = {}
-    for key, value in data.items():
-        if isinstance(value, dict) and prefix == "":
-            flat.update(_flatten(value, f"{key}."))
-        else:
-            flat[prefix + key] = value
-    return flat
-
-
 def _check_tensorboard(config: TrainConfig) -> None:
     from training.local.tensorboard import tensorboard_available
 
@@ -95,31 +47,27 @@ def _check_tensorboard(config: TrainConfig) -> None:
 
 
 def _check_algo(config: TrainConfig) -> None:
-    from gigpo_algo.estimators import check_settings
     from gigpo_algo.losses import AGGREGATIONS, KL_ESTIMATORS
 
     a, e = config.algo, config.env
-    if a.estimator not in TRAINER_ESTIMATORS:
+    # Settings outside the algo section that only some estimators read (field metadata).
+    also_reads = {
+        estimator: [f"optim.{f.name}" for f in dataclasses.fields(config.optim)
+                    if estimator in f.metadata.get("reads", ())]
+        for estimator in TRAINER_ESTIMATORS
+    }  # fmt: skip
+    try:
+        a.check(prefix="algo.", estimator_name="algo.estimator", also_reads=also_reads)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    for name, value, reads in unread(config.optim, a.estimator):
         raise ConfigError(
-            f"algo.estimator must be one of {TRAINER_ESTIMATORS}, got {show(a.estimator)}"
+            f"optim.{name}={show(value)} is not used by algo.estimator={show(a.estimator)} "
+            f"(only {', '.join(map(repr, reads))}); remove it"
         )
-    if a.estimator == "ppo":
-        _check_ppo(config)
-    else:
-        try:
-            check_settings(
-                a.estimator, a.estimator_settings(), prefix="algo.", estimator_name="algo.estimator"
-            )
-        except ValueError as exc:
-            raise ConfigError(str(exc)) from None
-        for key in PPO_ONLY:
-            section, name = key.split(".")
-            value = getattr(getattr(config, section), name)
-            if value is not None:
-                raise ConfigError(
-                    f"{key}={show(value)} is read by algo.estimator='ppo' only, not by "
-                    f"algo.estimator={show(a.estimator)}; remove it"
-                )
+    lr = config.optim.critic_lr
+    if lr is not None and not (math.isfinite(lr) and lr >= 0):
+        raise ConfigError(f"optim.critic_lr must be a finite number >= 0, got {lr}")
     for name, value, allowed in (
         ("algo.kl_estimator", a.kl_estimator, KL_ESTIMATORS),
         ("algo.loss_agg", a.loss_agg, AGGREGATIONS),
@@ -137,42 +85,13 @@ def _check_algo(config: TrainConfig) -> None:
         raise ConfigError("env.group_size must be >= 2: group-relative advantages need a group")
 
 
-def _check_ppo(config: TrainConfig) -> None:
-    """PPO reads gamma, lam, value_clip, invalid_penalty and optim.critic_lr; any GiGPO-only
-    setting is an error, as it is for GRPO and RLOO."""
-    a = config.algo
-    for name in ("step_weight", "norm", "similarity", "similarity_metric"):
-        if getattr(a, name) is not None:
-            raise ConfigError(
-                f"algo.{name}={show(getattr(a, name))} is not used by algo.estimator='ppo' "
-                "(it reads algo.gamma, algo.lam, algo.value_clip, algo.invalid_penalty, "
-                "optim.critic_lr); remove it"
-            )
-    if a.episode_stats != "trajectory":
-        raise ConfigError(
-            f"algo.episode_stats={show(a.episode_stats)} is not used by algo.estimator='ppo' "
-            "(it has no episode groups); remove it"
-        )
-    for name, low, high in (("gamma", 0.0, 1.0), ("lam", 0.0, 1.0)):
-        value = getattr(a, name)
-        if value is not None and not (math.isfinite(value) and low <= value <= high):
-            raise ConfigError(f"algo.{name} must be in [{low:g}, {high:g}], got {value}")
-    if a.value_clip is not None and not (math.isfinite(a.value_clip) and a.value_clip > 0):
-        raise ConfigError(f"algo.value_clip must be a finite number > 0, got {a.value_clip}")
-    if not (math.isfinite(a.invalid_penalty) and a.invalid_penalty >= 0):
-        raise ConfigError(f"algo.invalid_penalty must be >= 0, got {a.invalid_penalty}")
-    lr = config.optim.critic_lr
-    if lr is not None and not (math.isfinite(lr) and lr >= 0):
-        raise ConfigError(f"optim.critic_lr must be a finite number >= 0, got {lr}")
-
-
 def _check_ranges(config: TrainConfig) -> None:
     a, e, r, m = config.algo, config.env, config.run, config.model
     for name, value in (
         ("env.num_groups", e.num_groups),
         ("env.group_size", e.group_size),
         ("rollout.max_new_tokens", config.rollout.max_new_tokens),
-        ("algo.ppo_epochs", a.ppo_epochs),
+        ("algo.policy_epochs", a.policy_epochs),
         ("algo.minibatch_size", a.minibatch_size),
         ("model.tiny_layers", m.tiny_layers),
     ):
@@ -180,10 +99,10 @@ def _check_ranges(config: TrainConfig) -> None:
             raise ConfigError(f"{name} must be >= 1, got {value}")
     for name, value in (
         ("env.history_length", e.history_length),
-        ("env.eval_groups", e.eval_groups),
+        ("eval.groups", config.eval.groups),
         ("run.iterations", r.iterations),
         ("run.seed", r.seed),
-        ("run.eval_every", r.eval_every),
+        ("eval.every", config.eval.every),
         ("run.checkpoint_every", r.checkpoint_every),
         ("run.threads", r.threads),
         ("run.save_rollouts_every", r.save_rollouts_every),
@@ -193,7 +112,7 @@ def _check_ranges(config: TrainConfig) -> None:
         ("algo.kl_coef", a.kl_coef),
         ("algo.entropy_coef", a.entropy_coef),
         ("rollout.temperature", config.rollout.temperature),
-        ("rollout.eval_temperature", config.rollout.eval_temperature),
+        ("eval.temperature", config.eval.temperature),
         ("rollout.top_k", config.rollout.top_k),
         ("optim.lr", config.optim.lr),
         ("optim.weight_decay", config.optim.weight_decay),
@@ -228,14 +147,14 @@ def _check_ranges(config: TrainConfig) -> None:
 LIMITS = {
     "env.num_groups": 4096,
     "env.group_size": 1024,
-    "env.eval_groups": 16384,
+    "eval.groups": 16384,
     "env.history_length": 1000,
     "rollout.max_new_tokens": 32768,
     "rollout.top_k": 1_000_000,
-    "algo.ppo_epochs": 1000,
+    "algo.policy_epochs": 1000,
     "algo.minibatch_size": 1_000_000,
     "run.iterations": 10_000_000,
-    "run.eval_every": 10_000_000,
+    "eval.every": 10_000_000,
     "run.checkpoint_every": 10_000_000,
     "run.save_rollouts_every": 10_000_000,
     "run.threads": 1024,

@@ -1,6 +1,7 @@
 """Metrics as JSON lines, and the learning-curve plot.
 
-``metrics.jsonl`` holds one object per iteration (``iteration``, ``success_rate``,
+:func:`iteration_row` builds an iteration's row; ``metrics.jsonl`` holds one object per
+iteration (``iteration``, ``success_rate``,
 ``mean_return``, timings, loss statistics, and ``eval_*`` keys when evaluation ran).
 ``python -m training.local.plot RUN_DIR [RUN_DIR ...] -o curve.png`` puts several runs
 (e.g. GiGPO and a GRPO baseline) on one plot.
@@ -14,9 +15,51 @@ import math
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from training.files import atomic_write_bytes, atomic_write_text
 
 METRICS_FILE = "metrics.jsonl"
+
+
+def iteration_row(
+    iteration: int,
+    estimator: str,
+    rollout: Any,
+    advantages: Any,
+    group_summary: dict[str, Any],
+    *,
+    lr: float,
+    update_stats: dict[str, float],
+    times: dict[str, float],
+) -> dict[str, Any]:
+    """One iteration's metrics, in file order: the episodes (of a
+    :class:`~training.local.rollout.Rollout`), the advantages (an
+    :class:`~training.advantages.Advantages`) and the step groups
+    (:func:`training.stats.step_group_summary`), the learning rate, the update's statistics,
+    then the timings (seconds; ``time_iteration`` is added last by the loop)."""
+    records = rollout.records
+    return {
+        "iteration": iteration,
+        "estimator": estimator,
+        "success_rate": float(rollout.episode_won.mean()),
+        "mean_return": float(rollout.episode_returns.mean()),
+        "mean_episode_length": float(rollout.episode_lengths.mean()),
+        "valid_action_rate": float(np.mean(records.is_action_valid)),
+        "step_records": len(records),
+        "generated_tokens": rollout.generated_tokens,
+        "mean_abs_advantage": float(np.abs(advantages.advantages).mean()),
+        "mean_abs_episode_advantage": float(np.abs(advantages.episode_advantages).mean()),
+        "mean_abs_step_advantage": float(np.abs(advantages.step_advantages).mean()),
+        "step_group_coverage": float(group_summary["step_group_coverage"]),
+        "step_group_mean_size": float(group_summary["step_group_mean_size"]),
+        "step_groups": float(group_summary["step_groups"]),
+        "lr": lr,
+        **update_stats,
+        "time_generation": rollout.generation_seconds,
+        "time_env": rollout.env_seconds,
+        **times,
+    }
 
 
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:

@@ -1,11 +1,15 @@
-"""Loading the policy (and its frozen reference) from a local model directory."""
+"""What a run trains, built from its config: the policy and its tokenizer from a local model
+directory, the frozen reference, the optimizers, PPO's critic (:func:`load_models`), and the
+learning-rate schedule they follow (:func:`learning_rate`)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from training.local.config import DTYPES, ModelConfig, show
+from training.local.schema import DTYPES, ModelConfig, TrainConfig
+from training.text import show
 
 
 def require_train_extra() -> None:
@@ -101,3 +105,66 @@ def load_tokenizer(path: Path) -> Any:
     if tokenizer.chat_template is None:
         raise ValueError(f"the tokenizer in {path} has no chat template")
     return tokenizer
+
+
+def learning_rate(config: TrainConfig, iteration: int, base: float | None = None) -> float:
+    """The learning rate of iteration ``iteration`` (0-based): linear warmup over
+    ``optim.warmup_iterations``, then constant; ``base`` (default ``optim.lr``) is PPO's
+    critic's ``optim.critic_lr`` when it has one."""
+    base = config.optim.lr if base is None else base
+    warmup = config.optim.warmup_iterations
+    return base * (min(1.0, (iteration + 1) / warmup) if warmup else 1.0)
+
+
+@dataclass
+class Models:
+    """What a run trains: the policy and its tokenizer, the frozen reference (None without
+    KL), the optimizer, and under PPO the critic with its own optimizer (else None)."""
+
+    policy: Any
+    tokenizer: Any
+    reference: Any
+    optimizer: Any
+    critic: Any = None
+    critic_optimizer: Any = None
+    critic_lr: float = 0.0
+    """The critic's base learning rate (``optim.critic_lr``, default ``optim.lr``)."""
+
+    def state(self) -> dict[str, Any]:
+        """The keyword arguments of :func:`~training.local.checkpoint.save_checkpoint` and
+        :func:`~training.local.checkpoint.load_checkpoint` that name what is saved."""
+        return {"model": self.policy, "optimizer": self.optimizer, "critic": self.critic,
+                "critic_optimizer": self.critic_optimizer}  # fmt: skip
+
+
+def load_models(config: TrainConfig, out: Path) -> Models:
+    """Builds a run's :class:`Models` from its config, in a fixed order (the policy, the
+    reference, the optimizer, the critic), on ``model.device``."""
+    import torch
+
+    from training.local.critic import load_critic
+
+    m = config.model
+    path = resolve_model_path(m, out)
+    tokenizer = load_tokenizer(path)
+    policy = load_model(path, m.dtype, device=m.device)
+    limit_trainable_layers(policy, m.trainable_layers)
+    reference = None
+    if config.algo.kl_coef > 0:
+        reference = load_model(path, m.dtype, trainable=False, device=m.device)
+    optimizer = torch.optim.AdamW(
+        [p for p in policy.parameters() if p.requires_grad],
+        lr=config.optim.lr,
+        weight_decay=config.optim.weight_decay,
+    )
+    models = Models(policy, tokenizer, reference, optimizer)
+    if config.algo.estimator == "ppo":
+        critic_lr = config.optim.lr if config.optim.critic_lr is None else config.optim.critic_lr
+        critic = load_critic(path, m.dtype, device=m.device, trainable_layers=m.trainable_layers)
+        models.critic, models.critic_lr = critic, critic_lr
+        models.critic_optimizer = torch.optim.AdamW(
+            [p for p in critic.parameters() if p.requires_grad],
+            lr=learning_rate(config, 0, critic_lr),
+            weight_decay=config.optim.weight_decay,
+        )
+    return models

@@ -16,9 +16,9 @@ import numpy as np
 
 from gigpo_envs import history_prompt
 from training.local.prefix import cache_kwarg, prefix_cache, shared_prefix_length
-from training.steps import StepRecords
+from training.records import StepRecords
 
-__all__ = ["Rollout", "StepRecords", "collect", "episode_rows", "generate", "make_envs"]
+__all__ = ["Rollout", "collect", "generate", "make_envs"]
 
 
 @dataclass
@@ -32,39 +32,6 @@ class Rollout:
     generation_seconds: float = 0.0
     env_seconds: float = 0.0
     generated_tokens: int = 0
-
-
-def episode_rows(rollout: Rollout, seeds: list[int], first_index: int = 0) -> list[dict[str, Any]]:
-    """One dict per episode of a one-rollout-per-task ``rollout`` (``seeds[k]`` is episode
-    ``k``'s task seed): ``episode`` (``first_index + k``), ``seed``, ``task`` (the first
-    step's anchor), ``won``, ``return``, ``length`` (steps) and ``steps``, each step's
-    ``observation``, ``action``, ``reward`` and ``valid``, in order."""
-    records = rollout.records
-    episodes: list[dict[str, Any]] = [
-        {
-            "episode": first_index + k,
-            "seed": int(seed),
-            "task": None,
-            "won": bool(rollout.episode_won[k]),
-            "return": float(rollout.episode_returns[k]),
-            "length": int(rollout.episode_lengths[k]),
-            "steps": [],
-        }
-        for k, seed in enumerate(seeds)
-    ]
-    for i, traj in enumerate(records.traj_ids):
-        episode = episodes[traj]
-        if episode["task"] is None:
-            episode["task"] = records.anchors[i]
-        episode["steps"].append(
-            {
-                "observation": records.observations[i],
-                "action": records.actions[i],
-                "reward": float(records.rewards[i]),
-                "valid": bool(records.is_action_valid[i]),
-            }
-        )
-    return episodes
 
 
 def make_envs(

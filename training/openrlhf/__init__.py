@@ -2,13 +2,16 @@
 
 Modules: :mod:`~training.openrlhf.tasks` (a task's label and where its env runs),
 :mod:`~training.openrlhf.executor` (our environments in OpenRLHF's vLLM actors, in either
-sample layout), :mod:`~training.openrlhf.records` (the turns each sample trains),
+sample layout, recording :class:`~training.records.StepRecords`),
+:mod:`~training.openrlhf.turns` (the turns each sample trains),
 :mod:`~training.openrlhf.samples` (the step layout's samples, padding and fillers),
 :mod:`~training.openrlhf.spans` (turn token ranges to action-mask columns),
-:mod:`~training.openrlhf.estimator` (GiGPO advantages on OpenRLHF batches, per-episode
-metrics), :mod:`~training.openrlhf.layout` (the layout and its sizes, from the flags),
-:mod:`~training.openrlhf.command` (flags and the resolved command),
+:mod:`~training.openrlhf.estimator` (GiGPO advantages on OpenRLHF batches, written into its
+experiences; per-episode metrics; the run's step-record files; its settings are
+:mod:`training.settings`' table), :mod:`~training.openrlhf.layout` (the layout and its
+sizes, from the flags), :mod:`~training.openrlhf.command` (flags and the resolved command),
 :mod:`~training.openrlhf.patch` (the version-pinned glue, applied in every Ray worker),
 :mod:`~training.openrlhf.train` (the entry point), :mod:`~training.openrlhf.launch` (the
-launcher). Only ``patch`` and ``train`` touch OpenRLHF or Ray, lazily.
+launcher), ``agent_func.py`` (the file OpenRLHF's ``--train.agent_func_path`` loads).
+Only ``patch`` and ``train`` touch OpenRLHF or Ray, lazily.
 """

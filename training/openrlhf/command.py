@@ -26,15 +26,16 @@
                                 episode fails with an error naming it
 ``--gigpo.dataset_dir``         the run's folder: the task dataset, and ``rollouts/``
 ``--gigpo.save_rollouts_every`` save the step records of every this many training steps
-                                for ``python -m training.view`` (default 1; 0 never)
+                                for ``gigpo-view`` (default 1; 0 never)
 ``--gigpo.rollout_max_chars``   characters kept of each saved text (default 2000)
-``--algo.gigpo.*``              gigpo_algo's settings, by its names: ``gamma``,
+``--algo.gigpo.*``              gigpo_algo's settings, by its names, one flag per
+                                critic-free setting of the settings table
+                                (:func:`training.settings.flag_settings`): ``gamma``,
                                 ``step_weight``, ``norm``, ``episode_stats``,
                                 ``similarity``, ``similarity_metric``,
-                                ``invalid_penalty`` (see :class:`GiGPOSettings`);
-                                verl-agent's ``step_advantage_w``, ``mode``
-                                (``mean_std_norm`` / ``mean_norm``) and
-                                ``similarity_thresh`` are accepted as aliases
+                                ``invalid_penalty``; the table's aliases (verl-agent's
+                                ``step_advantage_w``, ``mode`` with ``mean_std_norm`` /
+                                ``mean_norm``, ``similarity_thresh``) are flags too
 ==============================  ===========================================================
 
 ``--algo.advantage.estimator`` ``gigpo`` (the default here), ``grpo`` or ``rloo`` runs
@@ -47,6 +48,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import typing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -61,6 +63,7 @@ from training.openrlhf.layout import (
     resolve_sizes,
 )
 from training.openrlhf.tasks import Task, task_label
+from training.settings import EstimatorSettings, flag_settings
 
 AGENT_FUNC = Path(__file__).resolve().parent / "agent_func.py"
 SETUP_HOOK = "training.openrlhf.patch.setup_worker"
@@ -108,17 +111,15 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--gigpo.max_prompt_tokens", dest="max_prompt_tokens", type=int, default=None)
     p.add_argument("--gigpo.env_workers", dest="env_workers", default="auto")
     p.add_argument("--gigpo.env_timeout_s", dest="env_timeout_s", default="600")
-    # gigpo_algo's names; verl-agent's are aliases (ALIASES), read into the same settings.
-    p.add_argument("--algo.gigpo.gamma", dest="gamma", type=float, default=None)
-    p.add_argument("--algo.gigpo.step_weight", dest="step_weight", type=float, default=None)
-    p.add_argument("--algo.gigpo.norm", dest="norm", default=None)
-    p.add_argument("--algo.gigpo.episode_stats", dest="episode_stats", default="trajectory")
-    p.add_argument("--algo.gigpo.similarity", dest="similarity", default=None)
-    p.add_argument("--algo.gigpo.similarity_metric", dest="similarity_metric", default=None)
-    p.add_argument("--algo.gigpo.invalid_penalty", dest="invalid_penalty", type=float, default=0.0)
-    p.add_argument("--algo.gigpo.step_advantage_w", dest="alias_step_advantage_w", type=float)
-    p.add_argument("--algo.gigpo.mode", dest="alias_mode", default=None)
-    p.add_argument("--algo.gigpo.similarity_thresh", dest="alias_similarity_thresh")
+    # The estimator settings' flags, from their one table (training.settings), by gigpo_algo's
+    # names; verl-agent's are aliases (ALIASES), read into the same settings.
+    for f in flag_settings():
+        number = _is_number(f) and f.name != "similarity"  # similarity also takes "none"
+        p.add_argument(FLAG_PREFIX + f.name, dest=f.name, default=f.default,
+                       type=float if number else None, help=f.metadata["doc"])  # fmt: skip
+        for alias in f.metadata["aliases"]:
+            p.add_argument(FLAG_PREFIX + alias, dest=f"alias_{alias}", default=None,
+                           type=float if number else None)  # fmt: skip
     p.add_argument("--algo.advantage.estimator", dest="estimator", default="gigpo")
     p.add_argument("--gigpo.dataset_dir", dest="dataset_dir", default="runs/openrlhf_gigpo")
     p.add_argument("--gigpo.save_rollouts_every", dest="save_rollouts_every", type=int, default=1)
@@ -250,26 +251,26 @@ def _env_timeout(text: str) -> float | None:
     return value
 
 
-#: verl-agent's names for our settings: ``flag -> (our name, value map or None)``.
+#: verl-agent's names for our settings: ``flag -> (our name, value map or None)``, from the
+#: settings table (:class:`training.settings.EstimatorSettings`, each field's ``aliases``).
 ALIASES: dict[str, tuple[str, dict[str, str] | None]] = {
-    "step_advantage_w": ("step_weight", None),
-    "mode": ("norm", {"mean_std_norm": "mean_std", "mean_norm": "mean"}),
-    "similarity_thresh": ("similarity", None),
+    alias: (f.name, value_map)
+    for f in flag_settings()
+    for alias, value_map in f.metadata["aliases"].items()
 }
+
+
+def _is_number(f: Any) -> bool:
+    """Whether a settings field holds a number (``float`` or ``float | None``)."""
+    hint = typing.get_type_hints(EstimatorSettings)[f.name]
+    return hint is float or float in typing.get_args(hint)
 
 
 def _settings_from_flags(ours: argparse.Namespace) -> dict[str, Any]:
     """Our settings from the parsed flags, aliases resolved; a setting given under both its
     name and its alias is an error."""
-    values: dict[str, Any] = {
-        "gamma": ours.gamma,
-        "step_weight": ours.step_weight,
-        "norm": ours.norm,
-        "episode_stats": ours.episode_stats,
-        "similarity": _optional_float(ours.similarity, "similarity"),
-        "similarity_metric": ours.similarity_metric,
-        "invalid_penalty": ours.invalid_penalty,
-    }
+    values: dict[str, Any] = {f.name: getattr(ours, f.name) for f in flag_settings()}
+    values["similarity"] = _optional_float(values["similarity"], "similarity")
     for alias, (name, value_map) in ALIASES.items():
         value = getattr(ours, f"alias_{alias}")
         if value is None:

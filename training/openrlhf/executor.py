@@ -8,7 +8,7 @@ are the GiGPO group, since the same seed gives the same start state in every pro
 * ``step`` (the default): every environment step is its own model call on its own prompt,
   the env's :func:`~gigpo_envs.history_prompt` (the task, the last ``history_length`` steps,
   the current observation), chat-formatted; the episode plays until the env ends it (its
-  ``max_steps``). The steps come back as a :class:`~training.steps.StepRecords` (the record
+  ``max_steps``). The steps come back as a :class:`~training.records.StepRecords` (the record
   the local trainer builds), and the patched sample builder makes each row one OpenRLHF
   sample (:mod:`training.openrlhf.patch`). A prompt over ``max_prompt_tokens`` is an error,
   never a silent cut.
@@ -30,11 +30,9 @@ from __future__ import annotations
 
 import uuid
 from copy import deepcopy
-from dataclasses import dataclass, field
 from typing import Any
 
 from training.openrlhf.estimator import GiGPOSettings
-from training.openrlhf.records import EpisodeTurns
 from training.openrlhf.tasks import (
     LAYOUTS,
     Task,
@@ -45,8 +43,9 @@ from training.openrlhf.tasks import (
     parse_task,
     task_label,
 )
-from training.rollouts import bound_text
-from training.steps import StepRecords
+from training.openrlhf.turns import SampleTurns
+from training.records import StepRecords
+from training.text import bound_text
 
 #: Marks where the assistant's text ends when rendering the chat template between turns.
 _SENTINEL = "\x00GIGPO-END-OF-RESPONSE\x00"
@@ -81,64 +80,6 @@ def between_turns_text(tokenizer: Any, user_content: str, response_ended: bool) 
     return after
 
 
-@dataclass
-class TurnRecorder:
-    """Accumulates an episode's turns into an :class:`EpisodeTurns`."""
-
-    group: str
-    max_len: int
-    traj: str = field(default_factory=lambda: uuid.uuid4().hex)
-    rewards: list[float] = field(default_factory=list)
-    anchors: list[str] = field(default_factory=list)
-    anchor_texts: list[str | None] = field(default_factory=list)
-    is_action_valid: list[bool] = field(default_factory=list)
-    action_ranges: list[tuple[int, int]] = field(default_factory=list)
-    won: bool = False
-    budget_ended: bool = False
-    text_chars: int | None = None
-    """Record each turn's observation and response, bounded to this many characters (0: no
-    bound); None records no texts (a run that saves no rollouts)."""
-    observations: list[str] = field(default_factory=list)
-    actions: list[str] = field(default_factory=list)
-
-    def add_texts(self, observation: Any, action: Any) -> None:
-        if self.text_chars is not None:
-            self.observations.append(bound_text(observation, self.text_chars))
-            self.actions.append(bound_text(action, self.text_chars))
-
-    def add(
-        self,
-        reward: float,
-        anchor: str,
-        anchor_text: str | None,
-        is_action_valid: bool,
-        start: int,
-        end: int,
-    ) -> None:
-        self.rewards.append(float(reward))
-        self.anchors.append(str(anchor))
-        self.anchor_texts.append(None if anchor_text is None else str(anchor_text))
-        self.is_action_valid.append(bool(is_action_valid))
-        self.action_ranges.append((int(start), int(end)))
-
-    def finish(self, sequence_length: int) -> EpisodeTurns:
-        return EpisodeTurns(
-            group=self.group,
-            traj=self.traj,
-            rewards=self.rewards,
-            anchors=self.anchors,
-            anchor_texts=self.anchor_texts,
-            is_action_valid=self.is_action_valid,
-            action_ranges=self.action_ranges,
-            sequence_length=sequence_length,
-            max_len=self.max_len,
-            won=self.won,
-            budget_ended=self.budget_ended,
-            observations=self.observations,
-            actions=self.actions,
-        )
-
-
 class PromptTooLongError(ValueError):
     """A step's prompt is longer than the step layout's prompt cap."""
 
@@ -146,6 +87,50 @@ class PromptTooLongError(ValueError):
 def render_prompt(tokenizer: Any, messages: list[dict[str, str]]) -> list[int]:
     """The token ids of the chat-formatted prompt, ending with the generation prompt."""
     return tokenizer(first_prompt_text(tokenizer, messages), add_special_tokens=False)["input_ids"]
+
+
+def record_step(
+    steps: StepRecords,
+    info: dict[str, Any],
+    reward: float,
+    next_info: dict[str, Any],
+    text: str,
+    *,
+    group: str,
+    traj: str,
+    text_chars: int | None,
+    truncated: bool,
+    prompt_ids: list[int] | None = None,
+    response_ids: list[int] | None = None,
+    old_log_probs: list[float] | None = None,
+) -> None:
+    """Appends one env step to an episode's step records, as both layouts record it.
+
+    Args:
+        info: the env's info before the step: the state the response acted from (its
+            ``anchor``, ``anchor_text`` and ``raw_observation``).
+        reward, next_info: the env's answer (``next_info["is_action_valid"]``).
+        text: the response text the env read.
+        text_chars: record the observation and the response bounded to this many
+            characters (0: whole); None records no texts (a run that saves no rollouts).
+        prompt_ids, response_ids, old_log_probs: the step layout's tokens (the episode
+            layout's are its one sequence: None).
+    """
+    keep = text_chars is not None
+    steps.append(
+        reward=float(reward),
+        anchor=info["anchor"],
+        anchor_text=info.get("anchor_text"),
+        group_id=group,
+        traj_id=traj,
+        is_action_valid=next_info["is_action_valid"],
+        prompt_ids=prompt_ids,
+        response_ids=response_ids,
+        old_log_probs=old_log_probs,
+        observation=bound_text(info.get("raw_observation", ""), text_chars) if keep else None,
+        action=bound_text(text, text_chars) if keep else None,
+        truncated=truncated,
+    )
 
 
 def _response_log_probs(output: Any, tokens: list[int]) -> list[float]:
@@ -218,24 +203,14 @@ async def _play_steps(
         params.max_tokens = room
         output = (await llm_engine.generate(prompt_ids, params)).outputs[0]
         response = list(output.token_ids)
-        observation = info.get("raw_observation", "")
-        anchor, anchor_text = info["anchor"], info.get("anchor_text")
+        before = info
         _, reward, terminated, truncated, info = await env.astep(output.text)
-        keep = text_chars is not None
-        records.append(
-            prompt_ids=prompt_ids,
-            response_ids=response,
+        record_step(
+            records, before, reward, info, output.text, group=task.group, traj=traj,
+            text_chars=text_chars, truncated=output.finish_reason == "length",
+            prompt_ids=prompt_ids, response_ids=response,
             old_log_probs=_response_log_probs(output, response) if want_logprobs else [],
-            reward=float(reward),
-            anchor=anchor,
-            anchor_text=anchor_text,
-            group_id=task.group,
-            traj_id=traj,
-            is_action_valid=info["is_action_valid"],
-            observation=bound_text(observation, text_chars) if keep else "",
-            action=bound_text(output.text, text_chars) if keep else "",
-            truncated=output.finish_reason == "length",
-        )
+        )  # fmt: skip
         won = won or bool(info.get("won", False))
         total += float(reward)
         if terminated or truncated:
@@ -276,7 +251,10 @@ async def _play_episode(
         )
     want_logprobs = getattr(sampling_params, "logprobs", None) is not None
     log_probs: list[float] | None = [0.0] * len(tokens) if want_logprobs else None
-    recorder = TurnRecorder(group=task.group, max_len=max_length, text_chars=text_chars)
+    # The episode's step records without tokens (they are the one growing sequence): the
+    # response of row i is tokens[ranges[i][0]:ranges[i][1]].
+    steps, ranges = StepRecords(), []
+    traj, won = uuid.uuid4().hex, False
     total_reward, truncated, env_ended = 0.0, False, False
     while True:  # the env truncates at its max_steps; the token budget bounds it too
         budget = max_length - len(tokens)
@@ -289,11 +267,12 @@ async def _play_episode(
         truncated = output.finish_reason == "length"
         start = len(tokens)
         tokens = tokens + action_tokens
-        anchor, anchor_text = info["anchor"], info.get("anchor_text")
-        recorder.add_texts(info.get("raw_observation", ""), output.text)
+        before = info
         _, reward, terminated, trunc_env, info = await env.astep(output.text)
-        recorder.add(reward, anchor, anchor_text, info["is_action_valid"], start, len(tokens))
-        recorder.won = recorder.won or bool(info.get("won", False))
+        record_step(steps, before, reward, info, output.text, group=task.group, traj=traj,
+                    text_chars=text_chars, truncated=truncated)  # fmt: skip
+        ranges.append((start, len(tokens)))
+        won = won or bool(info.get("won", False))
         total_reward += float(reward)
         if log_probs is not None:
             log_probs.extend(_response_log_probs(output, action_tokens))
@@ -306,8 +285,10 @@ async def _play_episode(
         tokens = tokens + feedback_ids
         if log_probs is not None:
             log_probs.extend([0.0] * len(feedback_ids))
-    recorder.budget_ended = not env_ended
-    record = recorder.finish(len(tokens))
+    record = SampleTurns.from_steps(
+        steps, ranges, group=task.group, traj=traj, sequence_length=len(tokens),
+        max_len=max_length, won=won, budget_ended=not env_ended,
+    )  # fmt: skip
     return {
         "reward": total_reward,
         "scores": float(record.won),
@@ -321,9 +302,9 @@ async def _play_episode(
 
 
 __all__ = [
-    "LAYOUTS", "PromptTooLongError", "Task", "ThreadEnv", "TurnRecorder", "between_turns_text",
+    "LAYOUTS", "PromptTooLongError", "Task", "ThreadEnv", "between_turns_text",
     "env_workers_for", "first_prompt_text", "make_executor_class", "make_task_env",
-    "open_task_env", "parse_task", "render_prompt", "run_episode", "task_label",
+    "open_task_env", "parse_task", "record_step", "render_prompt", "run_episode", "task_label",
 ]  # fmt: skip
 
 

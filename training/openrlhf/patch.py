@@ -38,26 +38,16 @@ import importlib.metadata
 import importlib.util
 import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-from gigpo_algo.advantages import GiGPOResult
-from training.openrlhf.estimator import (
-    GiGPOSettings,
-    batch_advantages,
-    batch_turns,
-    episode_stats,
-    rollout_records,
-    turn_advantages,
-)
-from training.openrlhf.records import INFO_KEY, EpisodeTurns
-from training.openrlhf.samples import (
-    STEP_SAMPLES,
-    expand_step_samples,
-    fill_filler_metrics,
-    step_samples,
-)
-from training.rollouts import write_rollouts
+from training.openrlhf.estimator import GiGPOSettings, apply_gigpo, episode_stats, read_records
+from training.openrlhf.samples import STEP_SAMPLES, expand_step_samples, step_samples
+from training.openrlhf.turns import INFO_KEY
+
+__all__ = [
+    "apply_gigpo", "attach_turns", "check_openrlhf_version", "install_patches",
+    "read_records", "setup_worker",
+]  # fmt: skip
 
 PINNED_VERSION = "0.11.2"
 SAMPLES_MODULE = "openrlhf.trainer.ppo_utils.samples_generator"
@@ -104,130 +94,6 @@ def attach_turns(experience: Any, response: dict[str, Any], max_len: int) -> Any
             raise ValueError(f"not an episode-layout gigpo record: {sorted(payload)}")
         experience.info[INFO_KEY] = [dict(payload["turns"], max_len=int(max_len))]
     return experience
-
-
-def read_records(experiences: list[Any], *, remove: bool = True) -> list[list[EpisodeTurns]]:
-    """Per experience, the turn record of each row (``info["gigpo_turns"]``), taken out of
-    ``info`` when ``remove`` (OpenRLHF's metric logging accepts only numbers there)."""
-    batch = []
-    for i, experience in enumerate(experiences):
-        records = (experience.info.pop if remove else experience.info.get)(INFO_KEY, None)
-        if records is None:
-            raise ValueError(
-                f"experience {i} has no {INFO_KEY!r}: the gigpo estimator needs the gigpo "
-                "agent executor (--train.agent_func_path training/openrlhf/agent_func.py)"
-            )
-        batch.append([EpisodeTurns.from_dict(r) for r in records])
-    return batch
-
-
-def apply_gigpo(
-    experiences: list[Any],
-    settings: GiGPOSettings,
-    clip_range: tuple[float, float] | None = None,
-    batch: list[list[EpisodeTurns]] | None = None,
-) -> list[Any]:
-    """Writes gigpo_algo's per-turn advantages and returns into OpenRLHF experiences (in place).
-
-    Each experience must carry ``info["gigpo_turns"]`` (one record per row) unless ``batch``
-    (:func:`read_records` of them) is given; it is removed. The advantages are computed over
-    the whole batch at once, whatever the micro-batches: a group's samples may sit in
-    several experiences. Where an experience has ``rewards`` (B,), each row's reward is
-    taken from there (OpenRLHF's length penalties have already been applied to it): the
-    difference from the sum of its turn rewards goes to its last turn
-    (:meth:`EpisodeTurns.with_episode_reward`); under the step layout a row is one step, so a
-    response's penalty goes to its own step. As OpenRLHF does for its own estimators,
-    ``info["group_reward_std"]`` gets the std (unbiased) of the episode returns of each row's
-    group, and ``clip_range`` clips the value that becomes every token's advantage (OpenRLHF
-    clips its baselined reward, which is that value). Filler rows get advantage 0 and the
-    batch's mean metrics (:func:`fill_filler_metrics`).
-    """
-    import torch
-
-    if batch is None:
-        batch = read_records(experiences)
-    shaped = []
-    for i, (experience, episodes) in enumerate(zip(experiences, batch, strict=True)):
-        rewards = getattr(experience, "rewards", None)
-        if rewards is not None:
-            totals = [float(r) for r in rewards.reshape(-1).tolist()]
-            if len(totals) != len(episodes):
-                raise ValueError(
-                    f"experience {i} has {len(totals)} rewards but {len(episodes)} turn records"
-                )
-            episodes = [ep.with_episode_reward(t) for ep, t in zip(episodes, totals, strict=True)]
-        shaped.append(episodes)
-    batch = shaped
-    _log_group_reward_stds(experiences, batch)
-    columns = batch_turns(batch)
-    result = turn_advantages(columns, settings) if columns["rewards"] else None
-    save_rollouts(batch, settings, result)
-    shapes = [tuple(e.action_mask.shape) for e in experiences]
-    advantages, returns = batch_advantages(batch, shapes, settings, result)
-    for experience, adv, ret in zip(experiences, advantages, returns, strict=True):
-        mask = experience.action_mask
-        values = torch.as_tensor(adv, dtype=torch.float32, device=mask.device)
-        if clip_range is not None:
-            values = values.clamp(min=float(clip_range[0]), max=float(clip_range[1]))
-        values = values * mask
-        experience.advantages = values
-        experience.returns = values.clone()
-        experience.info["return"] = torch.as_tensor(ret, dtype=torch.float32)
-        experience.kl = None
-    fill_filler_metrics(experiences, batch)
-    return experiences
-
-
-#: Training steps whose advantages this process computed (the experience maker runs in the
-#: driver only, so this is the run's step count, and only one process writes rollouts).
-_STEPS_SEEN = [0]
-
-
-def save_rollouts(
-    batch: list[list[EpisodeTurns]], settings: GiGPOSettings, result: GiGPOResult | None = None
-) -> Path | None:
-    """Writes this training step's turn records (:mod:`training.rollouts`) when the step is
-    one of every ``settings.save_rollouts_every``; returns the file, or None. ``result``:
-    the batch's advantages, when already computed (see :func:`rollout_records`)."""
-    step = _STEPS_SEEN[0]
-    _STEPS_SEEN[0] += 1
-    every = settings.save_rollouts_every
-    if not every or step % every:
-        return None
-    rows = rollout_records(batch, settings, step, result)
-    return write_rollouts(
-        settings.rollouts_dir,
-        step,
-        rows,
-        source="openrlhf",
-        estimator=settings.estimator,
-        max_chars=settings.rollout_max_chars,
-    )
-
-
-def _log_group_reward_stds(experiences: list[Any], batch: list[list[EpisodeTurns]]) -> None:
-    """``info["group_reward_std"]`` per row, as OpenRLHF logs it: the unbiased std of the
-    episode returns of the row's group (all rollouts of its prompt; an episode's return sums
-    its turns over every sample that holds one). Filler rows get 0 here and the batch mean
-    later; nothing is logged when a group has a single episode."""
-    import torch
-
-    totals: dict[str, dict[str, float]] = {}
-    for episodes in batch:
-        for ep in episodes:
-            if not ep.is_filler:
-                group = totals.setdefault(ep.group, {})
-                group[ep.traj] = group.get(ep.traj, 0.0) + float(sum(ep.rewards))
-    if not totals or any(len(v) < 2 for v in totals.values()):
-        return
-    stds = {
-        g: torch.tensor(list(v.values()), dtype=torch.float32).std().item()
-        for g, v in totals.items()
-    }
-    for experience, episodes in zip(experiences, batch, strict=True):
-        experience.info["group_reward_std"] = torch.tensor(
-            [0.0 if ep.is_filler else stds[ep.group] for ep in episodes]
-        )
 
 
 def _wrap_process_response(original: Callable) -> Callable:

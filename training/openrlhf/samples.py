@@ -1,7 +1,7 @@
 """The step layout's samples in OpenRLHF: one sample per env step, padded to whole batches.
 
 Under ``--gigpo.layout step`` the executor returns an episode's steps as
-:class:`~training.steps.StepRecords`. In OpenRLHF's samples generator (patched by
+:class:`~training.records.StepRecords`. In OpenRLHF's samples generator (patched by
 :mod:`training.openrlhf.patch`):
 
 1. :func:`step_samples` builds each step's sample with OpenRLHF's own sample builder (its
@@ -22,8 +22,8 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-from training.openrlhf.records import INFO_KEY, EpisodeTurns
-from training.steps import StepRecords
+from training.openrlhf.turns import INFO_KEY, SampleTurns
+from training.records import StepRecords
 
 #: The attribute of an episode's sample that holds its step samples.
 STEP_SAMPLES = "gigpo_step_samples"
@@ -36,7 +36,7 @@ def step_samples(build: Callable[[dict], Any], response: dict[str, Any], max_len
     ``_process_response_into_experience``) from a response of that step alone: the step's
     prompt then its answer, the answer its one action range, the step reward as the sample's
     reward, the episode's score, the answer's rollout log-probs; and it carries that step's
-    turn record (:meth:`EpisodeTurns.from_step`).
+    turn record (:meth:`SampleTurns.from_step`).
 
     Raises:
         ValueError: malformed steps, or a step longer than ``max_len`` (the executor never
@@ -74,7 +74,7 @@ def step_samples(build: Callable[[dict], Any], response: dict[str, Any], max_len
                 "extra_logs": {},
             }
         )
-        record = EpisodeTurns.from_step(steps, i, won=bool(payload.get("won")), max_len=max_len)
+        record = SampleTurns.from_step(steps, i, won=bool(payload.get("won")), max_len=max_len)
         sample.info[INFO_KEY] = [record.to_dict()]
         samples.append(sample)
     return samples
@@ -145,8 +145,8 @@ def pad_with_fillers(samples: list, multiple: int) -> list:
     if not missing:
         return samples
     template = min(samples, key=lambda s: int(s.total_length.sum()))
-    max_len = EpisodeTurns.from_dict(template.info[INFO_KEY][0]).max_len
-    record = EpisodeTurns(group="", traj="", max_len=max_len).to_dict()
+    max_len = SampleTurns.from_dict(template.info[INFO_KEY][0]).max_len
+    record = SampleTurns(group="", traj="", max_len=max_len).to_dict()
     fillers = [
         dataclasses.replace(
             template,
@@ -188,7 +188,7 @@ def expand_step_samples(samples: list, args: Any, gigpo_on: bool = True) -> list
     return pad_with_fillers(steps, sample_multiple(args))
 
 
-def fill_filler_metrics(experiences: list[Any], batch: list[list[EpisodeTurns]]) -> None:
+def fill_filler_metrics(experiences: list[Any], batch: list[list[SampleTurns]]) -> None:
     """Sets every per-sample metric of the filler rows (each ``info`` entry of shape (B,),
     and ``response_length``, ``truncated``, ``total_length``) to the mean over the batch's
     other rows, as float32; a batch without fillers is left as it is."""

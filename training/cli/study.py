@@ -1,4 +1,4 @@
-"""``python -m training.study``: the same config under several estimators and seeds.
+"""``python -m training.cli.study``: the same config under several estimators and seeds.
 
 Every run of a study shares the model, the tasks, the budget and every setting; only
 ``algo.estimator`` and ``run.seed`` change. For each config (one environment each) the study
@@ -110,7 +110,7 @@ def plan_runs(
             iterations = max(2, base.run.iterations // 6)
             overrides += [
                 f"--run.iterations={iterations}",
-                f"--run.eval_every={iterations}",
+                f"--eval.every={iterations}",
                 "--run.checkpoint_every=0",
             ]
         for estimator in estimators:
@@ -267,7 +267,7 @@ def plot_study(study: dict[str, Any], path: Path) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m training.study",
+        prog="python -m training.cli.study",
         description="Train one config under several estimators and seeds; write a table "
         "and a plot with 95% confidence intervals.",
     )
@@ -295,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
     run_all(runs, args.jobs)
     study = summarize(runs)
     configs = {r.name: load_config(r.config_path, list(r.overrides)) for r in runs}
-    command = "python -m training.study " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = "python -m training.cli.study " + " ".join(argv if argv is not None else sys.argv[1:])
     header = (
         f"## Estimator study\n\n`{command}`: {len(runs)} runs, "
         f"{(time.perf_counter() - tick) / 60:.1f} min wall (this invocation), "

@@ -1,17 +1,22 @@
-"""Rollout records on disk: what the policy saw and did at every step, and how GiGPO scored it.
+"""Step records on disk: what the policy saw and did at every step, and how it was scored.
 
 Both trainers write them (the local trainer every ``run.save_rollouts_every`` iterations, the
-OpenRLHF path from its estimator), and ``python -m training.view RUN_DIR`` shows them. One
+OpenRLHF path from its estimator), from :class:`~training.records.StepRecords` with their
+:class:`~training.advantages.Advantages` and step groups (:func:`record_rows`), and
+``gigpo-view RUN_DIR`` shows them. One
 file per saved iteration, ``RUN_DIR/rollouts/iteration_000012.jsonl.gz``: gzip-compressed
 JSON lines, a header object first, then one object per step record (one model call), in
 trajectory order. Files are written whole to a temporary name and then renamed, so a crash
 never leaves half a file.
 
-Header: ``{"schema": "gigpo.rollouts", "version": 1, "iteration": 12, "source": "local",
+Header: ``{"schema": "gigpo.rollouts", "version": 2, "iteration": 12, "source": "local",
 "records": 96, "estimator": "gigpo", "max_chars": 2000, "summary": {...}}`` (the summary is
-:func:`step_group_summary` of the records, so a viewer of many iterations reads one line each).
+:func:`training.stats.step_group_summary` of the records, so a viewer of many iterations
+reads one line each). Version 2 differs from 1 in the summary only, whose keys are now the
+metrics' names (``step_group_coverage``, ``step_group_sizes``, ...); version 1 files are
+read too, their summary recomputed from the records.
 
-Record (schema version 1; names are :mod:`gigpo_algo`'s argument names, singular):
+Record (schema versions 1 and 2; names are :mod:`gigpo_algo`'s argument names, singular):
 
 ========================  =====================================================================
 ``iteration``             int, 0-based training iteration
@@ -24,7 +29,7 @@ Record (schema version 1; names are :mod:`gigpo_algo`'s argument names, singular
 ``is_action_valid``       bool
 ``anchor``                str, the key of the state the action was taken from
 ``anchor_text``           str or null, that state's text (similarity grouping; bounded)
-``step_group_id``         int, GiGPO's step group of the record (same anchor, same task)
+``step_group_id``         int, the step group of the record (same anchor, same task)
 ``episode_advantage``     float, A_E: the episode score against its episode group
 ``step_advantage``        float, A_S: the discounted return against its step group
 ``advantage``             float, A = A_E + step_weight * A_S (the value trained on)
@@ -32,8 +37,9 @@ Record (schema version 1; names are :mod:`gigpo_algo`'s argument names, singular
 ========================  =====================================================================
 
 Texts longer than ``max_chars`` keep their first ``max_chars`` characters and end with
-``" ... [+N chars]"``. For GRPO and RLOO, ``step_group_id`` holds the exact-anchor groups
-GiGPO would form and ``step_advantage`` is 0.
+``" ... [+N chars]"``. The step groups are those every estimator is given
+(:func:`training.advantages.step_groups`); GRPO and RLOO have ``step_advantage`` 0, PPO
+``episode_advantage`` and ``step_advantage`` 0.
 """
 
 from __future__ import annotations
@@ -49,9 +55,15 @@ from typing import Any
 
 import numpy as np
 
+from training.records import StepRecords
+from training.stats import step_group_summary
+from training.text import bound_text
+
 ROLLOUTS_DIR = "rollouts"
 SCHEMA = "gigpo.rollouts"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+#: The versions :func:`read_rollouts` reads (their records are the same).
+READABLE_VERSIONS = (1, 2)
 #: Default bound on each saved text (observation, action, anchor text), in characters.
 DEFAULT_MAX_CHARS = 2000
 #: Keys of every record, in file order.
@@ -66,14 +78,6 @@ _FLOAT_KEYS = ("reward", "episode_advantage", "step_advantage", "advantage", "re
 
 class RolloutFileError(ValueError):
     """A rollout file is missing, not gzip, or not in the schema; the message names it."""
-
-
-def bound_text(text: Any, max_chars: int) -> str:
-    """``text`` as a string of at most ``max_chars`` characters plus a marker of what was cut."""
-    text = "" if text is None else str(text)
-    if max_chars <= 0 or len(text) <= max_chars:
-        return text
-    return f"{text[:max_chars]} ... [+{len(text) - max_chars} chars]"
 
 
 def rollout_rows(
@@ -143,43 +147,30 @@ def rollout_rows(
     return rows
 
 
-def estimator_step_groups(
-    estimator: str, result: Any, anchors: Sequence[str], group_ids: Sequence[Any]
-) -> np.ndarray:
-    """int64 (N,): the step group of each row: GiGPO's own (``result.step_group_ids``) for
-    ``gigpo``; for GRPO and RLOO, which group no steps, the exact-anchor groups GiGPO would
-    form from the same rows (:func:`gigpo_algo.advantages.anchor_groups`)."""
-    from gigpo_algo.advantages import anchor_groups
-
-    if estimator == "gigpo":
-        return np.asarray(result.step_group_ids, dtype=np.int64)
-    return np.asarray(anchor_groups(list(anchors), list(group_ids)), dtype=np.int64)
-
-
-def rows_from_result(
+def record_rows(
     iteration: int,
-    estimator: str,
-    result: Any,
-    columns: dict[str, Sequence[Any]],
+    records: StepRecords,
+    advantages: Any,
+    groups: Sequence[int],
     max_chars: int = DEFAULT_MAX_CHARS,
 ) -> list[dict[str, Any]]:
-    """:func:`rollout_rows` from an estimator's inputs and its
-    :class:`~gigpo_algo.advantages.GiGPOResult`.
-
-    Args:
-        columns: ``group_ids``, ``traj_ids``, ``rewards``, ``is_action_valid``, ``anchors``,
-            ``anchor_texts``, ``observations``, ``actions`` (see :func:`rollout_rows`).
-    """
+    """:func:`rollout_rows` of step records, their :class:`~training.advantages.Advantages`
+    and their step groups (:func:`training.advantages.step_groups`)."""
     return rollout_rows(
         iteration,
-        **columns,
-        step_group_ids=estimator_step_groups(
-            estimator, result, columns["anchors"], columns["group_ids"]
-        ),
-        episode_advantages=np.asarray(result.episode_advantages),
-        step_advantages=np.asarray(result.step_advantages),
-        advantages=np.asarray(result.advantages),
-        returns=np.asarray(result.returns),
+        group_ids=records.group_ids,
+        traj_ids=records.traj_ids,
+        rewards=records.rewards,
+        is_action_valid=records.is_action_valid,
+        anchors=records.anchors,
+        anchor_texts=records.anchor_texts,
+        observations=records.observations,
+        actions=records.actions,
+        step_group_ids=np.asarray(groups, dtype=np.int64),
+        episode_advantages=advantages.episode_advantages,
+        step_advantages=advantages.step_advantages,
+        advantages=advantages.advantages,
+        returns=advantages.returns,
         max_chars=max_chars,
     )
 
@@ -204,7 +195,7 @@ def write_rollouts(
     header = {
         "schema": SCHEMA, "version": SCHEMA_VERSION, "iteration": int(iteration),
         "source": source, "records": len(rows), "estimator": estimator, "max_chars": max_chars,
-        "summary": step_group_summary(rows),
+        "summary": rows_summary(rows),
     }  # fmt: skip
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     with gzip.open(temporary, "wt", encoding="utf-8", compresslevel=6) as handle:
@@ -238,10 +229,15 @@ def read_rollouts(path: str | os.PathLike[str]) -> tuple[dict[str, Any], list[di
     if not lines:
         raise RolloutFileError(f"{path} is empty")
     header = _json_line(path, 1, lines[0])
-    if header.get("schema") != SCHEMA or header.get("version") != SCHEMA_VERSION:
+    version = header.get("version")
+    if (
+        header.get("schema") != SCHEMA
+        or isinstance(version, bool)
+        or version not in READABLE_VERSIONS
+    ):
         raise RolloutFileError(
-            f"{path}: schema {header.get('schema')!r} version {header.get('version')!r}, "
-            f"expected {SCHEMA!r} version {SCHEMA_VERSION}"
+            f"{path}: schema {header.get('schema')!r} version {version!r}, "
+            f"expected {SCHEMA!r} version {' or '.join(map(str, READABLE_VERSIONS))}"
         )
     records = [
         _check_record(path, n, _json_line(path, n, line)) for n, line in enumerate(lines[1:], 2)
@@ -254,16 +250,19 @@ def read_rollouts(path: str | os.PathLike[str]) -> tuple[dict[str, Any], list[di
 
 
 def read_summary(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """The step-group summary of a rollout file (:func:`step_group_summary`), from its header
+    """The step-group summary of a rollout file (:func:`rows_summary`), from its header
     alone when the header carries it, else from its records."""
     try:
         with gzip.open(path, "rt", encoding="utf-8") as handle:
             header = json.loads(handle.readline())
+        if header["version"] != SCHEMA_VERSION:
+            raise KeyError("summary")  # version 1 named it otherwise: recomputed below
         summary = header["summary"]
-        summary["size_histogram"] = {int(k): v for k, v in summary["size_histogram"].items()}
+        sizes = summary["step_group_sizes"]
+        summary["step_group_sizes"] = {int(k): v for k, v in sizes.items()}
         return summary
     except (OSError, EOFError, ValueError, KeyError, TypeError, AttributeError):
-        return step_group_summary(read_rollouts(path)[1])
+        return rows_summary(read_rollouts(path)[1])
 
 
 def rollout_files(run_dir: str | os.PathLike[str]) -> dict[int, Path]:
@@ -289,35 +288,19 @@ def prune_rollouts(run_dir: str | os.PathLike[str], completed: int) -> list[int]
     return removed
 
 
-def step_group_summary(records: Iterable[dict[str, Any]]) -> dict[str, Any]:
-    """Step-group statistics of one iteration's records.
-
-    Returns:
-        ``records``; ``coverage``: share of records in a step group of size >= 2;
-        ``step_groups``: number of step groups; ``size_histogram``: {size: number of step
-        groups of that size}; ``sign_disagreement``: among records whose A_S and A_E are
-        both nonzero, the share where their signs differ (the step level overrules the
-        episode level); ``both_nonzero``: how many such records.
-    """
-    sizes: dict[tuple[Any, int], int] = {}
-    rows = list(records)
-    for row in rows:
-        key = (row["group_id"], row["step_group_id"])
-        sizes[key] = sizes.get(key, 0) + 1
-    histogram: dict[int, int] = {}
-    for size in sizes.values():
-        histogram[size] = histogram.get(size, 0) + 1
-    grouped = sum(sizes[(r["group_id"], r["step_group_id"])] >= 2 for r in rows)
-    both = [r for r in rows if r["step_advantage"] != 0 and r["episode_advantage"] != 0]
-    disagree = sum((r["step_advantage"] > 0) != (r["episode_advantage"] > 0) for r in both)
-    return {
-        "records": len(rows),
-        "coverage": grouped / len(rows) if rows else 0.0,
-        "step_groups": len(sizes),
-        "size_histogram": dict(sorted(histogram.items())),
-        "sign_disagreement": disagree / len(both) if both else 0.0,
-        "both_nonzero": len(both),
-    }
+def rows_summary(rows: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    """:func:`training.stats.step_group_summary` of one iteration's records (a step group is
+    a ``(group_id, step_group_id)`` pair; a null advantage, not finite when saved, counts as
+    nonzero and positive in neither)."""
+    codes: dict[tuple[Any, int], int] = {}
+    rows = list(rows)
+    ids = [codes.setdefault((r["group_id"], r["step_group_id"]), len(codes)) for r in rows]
+    nan = float("nan")
+    return step_group_summary(
+        ids,
+        [nan if r["episode_advantage"] is None else r["episode_advantage"] for r in rows],
+        [nan if r["step_advantage"] is None else r["step_advantage"] for r in rows],
+    )
 
 
 # ----------------------------------------------------------------------------- internals

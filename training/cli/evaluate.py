@@ -1,8 +1,8 @@
-"""``python -m training.evaluate``: play N held-out tasks of any gigpo env with any model.
+"""``python -m training.cli.evaluate``: play N held-out tasks of any gigpo env with any model.
 
 The tasks are the trainer's held-out evaluation tasks: the first N seeds of
 :meth:`training.local.tasks.TaskSplit.heldout_seeds` for the config's env, kwargs,
-``env.heldout_fraction`` and ``run.seed``, so with N = ``env.eval_groups`` and greedy
+``env.heldout_fraction`` and ``run.seed``, so with N = ``eval.groups`` and greedy
 decoding the numbers are the ones the trainer logs as ``eval_*`` (tested). One rollout per
 task.
 
@@ -101,7 +101,7 @@ def play(
     model: Any, tokenizer: Any, config: TrainConfig, settings: EvalSettings
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Plays ``settings.episodes`` held-out tasks with the trainer's own
-    :func:`training.local.train.play_heldout` (same seeds, same measures), with torch's
+    :func:`training.local.play.play_heldout` (same seeds, same measures), with torch's
     generator seeded from ``run.seed`` first so that sampled evaluation is reproducible.
 
     Args:
@@ -113,7 +113,7 @@ def play(
     """
     import torch
 
-    from training.local.train import play_heldout
+    from training.local.play import play_heldout
 
     settings.check()
     torch.manual_seed(config.run.seed)
@@ -141,12 +141,13 @@ def resolve_model(model: str, config: TrainConfig, out: Path) -> tuple[Path, Pat
         UnsafeCheckpointError: the run's checkpoint is in the old pickled format.
         FileNotFoundError: a run directory with no whole checkpoint.
     """
+    from training.local.checkpoint import find_run_dir, whole_checkpoint
     from training.local.model import resolve_model_path
 
-    run = _run_dir(model)
+    run = find_run_dir(model)
     if run is not None:
         saved = load_config(run / "config.json")
-        return resolve_model_path(saved.model, run), _checkpoint_dir(run)
+        return resolve_model_path(saved.model, run), whole_checkpoint(run)
     return resolve_model_path(dataclasses.replace(config.model, name_or_path=model), out), None
 
 
@@ -169,7 +170,7 @@ def load_policy(model: str, config: TrainConfig, out: Path) -> tuple[Any, Any, P
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m training.evaluate",
+        prog="python -m training.cli.evaluate",
         description="Play held-out tasks of a gigpo env with a model; report success with a "
         "95%% interval, mean return, valid-action rate and episode length.",
         epilog="Any --section.key=value overrides the config (e.g. --env.id=gigpo/Sokoban-v0 "
@@ -186,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
         help="YAML config or shipped config name (default: the run's own config for a run "
         "directory, else the trainer's defaults)",
     )
-    parser.add_argument("--episodes", type=int, default=None, help="default: env.eval_groups")
+    parser.add_argument("--episodes", type=int, default=None, help="default: eval.groups")
     parser.add_argument("--temperature", type=float, default=None, help="0: greedy (default)")
     parser.add_argument("--top-p", type=float, default=1.0)
     parser.add_argument("--prompt", choices=PROMPTS, default="template")
@@ -198,10 +199,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = _config(args.model, args.config, overrides)
         settings = EvalSettings(
-            episodes=config.env.eval_groups if args.episodes is None else args.episodes,
-            temperature=(
-                config.rollout.eval_temperature if args.temperature is None else args.temperature
-            ),
+            episodes=config.eval.groups if args.episodes is None else args.episodes,
+            temperature=(config.eval.temperature if args.temperature is None else args.temperature),
             top_p=args.top_p,
             prompt=args.prompt,
             max_new_tokens=args.max_new_tokens,
@@ -247,37 +246,10 @@ def main(argv: list[str] | None = None) -> int:
 # ----------------------------------------------------------------------------- internals
 
 
-def _run_dir(model: str) -> Path | None:
-    """The run directory ``model`` names (itself or the parent of its ``checkpoint/``): a
-    ``config.json`` beside a ``checkpoint/``, ``checkpoint.tmp/`` or ``checkpoint.old/``."""
-    from training.local.checkpoint import CHECKPOINT_DIR, OLD_SUFFIX, STAGING_SUFFIX
-
-    path = Path(model).expanduser()
-    names = [CHECKPOINT_DIR + suffix for suffix in ("", STAGING_SUFFIX, OLD_SUFFIX)]
-    for candidate in (path, path.parent):
-        if candidate == path.parent and path.name not in names:
-            continue
-        if (candidate / "config.json").is_file() and any(
-            (candidate / name).is_dir() for name in names
-        ):
-            return candidate
-    return None
-
-
-def _checkpoint_dir(run: Path) -> Path:
-    from training.local.checkpoint import find_checkpoint, read_state
-
-    found = find_checkpoint(run)
-    if found is None:
-        raise FileNotFoundError(
-            f"{run} is a run directory but holds no whole checkpoint (no checkpoint/state.json)"
-        )
-    read_state(found)  # ValueError naming the file when it is not this format
-    return found
-
-
 def _config(model: str, config: str | None, overrides: list[str]) -> TrainConfig:
-    if config is None and (run := _run_dir(model)) is not None:
+    from training.local.checkpoint import find_run_dir
+
+    if config is None and (run := find_run_dir(model)) is not None:
         config = str(run / "config.json")
     return load_config(config, overrides)
 

@@ -1,15 +1,15 @@
 """The turns each OpenRLHF sample trains, and how they travel to the trainer.
 
-One :class:`EpisodeTurns` per OpenRLHF sample: per turn, the step reward, the anchor (the
-key of the state the turn acted from), whether the action was valid, and the token range of
-the response; plus the episode's group (its task) and a trajectory id. Under the episode
-layout a sample is a whole episode and holds all its turns; under the step layout a sample
-is one step, and its record holds that one turn (:meth:`EpisodeTurns.from_step`, from the
-executor's :class:`~training.steps.StepRecords`); a filler sample (padding that trains
-nothing, see ``patch.pad_with_fillers``) holds none. It rides in
-``Experience.info["gigpo_turns"]`` as a plain dict (a list of them once OpenRLHF
-concatenates samples: its merge chains lists), and the estimator reads it back. These are
-the step records of docs/design.md, contract 2, one sample at a time.
+The executor records every episode as :class:`~training.records.StepRecords` (the one step
+record, contract 2 of docs/design.md). OpenRLHF moves samples, not episodes, so each sample
+carries the rows it trains as a :class:`SampleTurns`: their step columns, the token range of
+each response in the sample's sequence, and the episode's outcome. Under the step layout a
+sample is one step and holds that one row (:meth:`SampleTurns.from_step`); under the episode
+layout a sample is the whole episode and holds all its rows (:meth:`SampleTurns.from_steps`);
+a filler sample (padding that trains nothing, see ``samples.expand_step_samples``) holds
+none. It rides in ``Experience.info["gigpo_turns"]`` as a plain dict (a list of them once
+OpenRLHF concatenates samples: its merge chains lists); the estimator reads the batch's back
+as one :class:`~training.records.StepRecords` (:meth:`SampleTurns.steps`).
 """
 
 from __future__ import annotations
@@ -19,14 +19,14 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from training.steps import StepRecords
+from training.records import StepRecords
 
 INFO_KEY = "gigpo_turns"
 
 
 @dataclass(frozen=True)
-class EpisodeTurns:
-    """The per-turn record of one episode.
+class SampleTurns:
+    """The turns one OpenRLHF sample trains.
 
     Attributes:
         group: episode group (the task: every sample of one prompt shares it).
@@ -65,15 +65,15 @@ class EpisodeTurns:
         for name in ("anchors", "anchor_texts", "is_action_valid", "action_ranges"):
             if len(getattr(self, name)) != k:
                 raise ValueError(
-                    f"EpisodeTurns.{name} has {len(getattr(self, name))} entries, rewards has {k}"
+                    f"SampleTurns.{name} has {len(getattr(self, name))} entries, rewards has {k}"
                 )
         for name in ("observations", "actions"):
             if len(getattr(self, name)) not in (0, k):
                 raise ValueError(
-                    f"EpisodeTurns.{name} has {len(getattr(self, name))} entries, rewards has {k}"
+                    f"SampleTurns.{name} has {len(getattr(self, name))} entries, rewards has {k}"
                 )
         if not all(isinstance(r, int | float) and math.isfinite(r) for r in self.rewards):
-            raise ValueError(f"EpisodeTurns.rewards must be finite numbers, got {self.rewards!r}")
+            raise ValueError(f"SampleTurns.rewards must be finite numbers, got {self.rewards!r}")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -83,8 +83,55 @@ class EpisodeTurns:
         """A sample that trains no turn (padding of the step layout)."""
         return not self.rewards
 
+    def steps(self) -> StepRecords:
+        """The sample's rows as step records without tokens (observations and actions ``""``
+        where none were recorded)."""
+        k = len(self.rewards)
+        return StepRecords(
+            rewards=list(self.rewards),
+            anchors=list(self.anchors),
+            anchor_texts=list(self.anchor_texts),
+            group_ids=[self.group] * k,
+            traj_ids=[self.traj] * k,
+            is_action_valid=list(self.is_action_valid),
+            observations=list(self.observations) or [""] * k,
+            actions=list(self.actions) or [""] * k,
+        )
+
     @classmethod
-    def from_step(cls, steps: StepRecords, i: int, *, won: bool, max_len: int) -> EpisodeTurns:
+    def from_steps(
+        cls,
+        steps: StepRecords,
+        action_ranges: list[tuple[int, int]],
+        *,
+        group: str,
+        traj: str,
+        sequence_length: int,
+        max_len: int,
+        won: bool,
+        budget_ended: bool,
+    ) -> SampleTurns:
+        """An episode's step records (without tokens: they are the one growing sequence) as
+        the record of its one sample (the episode layout); ``action_ranges[i]`` is row
+        ``i``'s response in that sequence."""
+        return cls(
+            group=str(group),
+            traj=str(traj),
+            rewards=list(steps.rewards),
+            anchors=list(steps.anchors),
+            anchor_texts=list(steps.anchor_texts),
+            is_action_valid=list(steps.is_action_valid),
+            action_ranges=[(int(s), int(e)) for s, e in action_ranges],
+            sequence_length=int(sequence_length),
+            max_len=int(max_len),
+            won=bool(won),
+            budget_ended=bool(budget_ended),
+            observations=list(steps.observations),
+            actions=list(steps.actions),
+        )
+
+    @classmethod
+    def from_step(cls, steps: StepRecords, i: int, *, won: bool, max_len: int) -> SampleTurns:
         """Row ``i`` of an episode's step records as the record of its own sample, whose
         sequence is that row's prompt then response."""
         start = len(steps.prompt_ids[i])
@@ -104,7 +151,7 @@ class EpisodeTurns:
             actions=[steps.actions[i]] if steps.actions else [],
         )
 
-    def with_episode_reward(self, total: float) -> EpisodeTurns:
+    def with_episode_reward(self, total: float) -> SampleTurns:
         """The same episode with its turn rewards summing to ``total``: the difference (a
         terminal shaping of the episode reward, such as OpenRLHF's length penalties) is added
         to the last turn's reward. An episode without turns is returned as it is."""
@@ -115,7 +162,7 @@ class EpisodeTurns:
         return dataclasses.replace(self, rewards=rewards)
 
     @classmethod
-    def from_dict(cls, data: Any) -> EpisodeTurns:
+    def from_dict(cls, data: Any) -> SampleTurns:
         """Reads a dict written by :meth:`to_dict`; raises ValueError naming what is wrong."""
         if not isinstance(data, dict):
             raise ValueError(f"a gigpo turn record must be a dict, got {type(data).__name__}")

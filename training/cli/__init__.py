@@ -1,0 +1,12 @@
+"""The command-line entry points that are not trainers, one module each:
+
+- :mod:`training.cli.view`: a run's rollouts and curves as one HTML page (``gigpo-view``);
+- :mod:`training.cli.view_checks`: the viewer's checks of a run's rollout files;
+- :mod:`training.cli.view_html`: the HTML pieces of the viewer's page;
+- :mod:`training.cli.view_assets`: the inline style sheet and script of the viewer's page;
+- :mod:`training.cli.evaluate`: held-out tasks of any gigpo env played by any model
+  (``gigpo-evaluate``);
+- :mod:`training.cli.study`: one config trained under several estimators and seeds;
+- :mod:`training.cli.quickstart`: GiGPO on SmolLM2-135M-Instruct, on CPU, in minutes
+  (``gigpo-quickstart``).
+"""

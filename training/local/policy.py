@@ -1,0 +1,156 @@
+"""The policy update every estimator runs: the clipped surrogate loss with KL to a frozen
+reference and an entropy bonus, over minibatches of step records.
+
+All math is :mod:`gigpo_algo`'s (``ppo_clip_loss``: the clipped objective, by its usual
+name; ``kl_penalty``, ``aggregate_loss``, ``broadcast_to_tokens``). "PPO" as an estimator
+(a learned critic and GAE) is :mod:`training.local.critic`; the update here is the same for
+gigpo, grpo, rloo and ppo.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from gigpo_algo.losses import aggregate_loss, kl_penalty, ppo_clip_loss
+from gigpo_algo.tokens import broadcast_to_tokens
+from training.local.batch import TokenBatch, make_batch, token_log_probs
+from training.local.critic import PPOTargets, critic_step
+from training.local.schema import AlgoConfig
+from training.records import StepRecords
+
+
+class TrainingDivergedError(RuntimeError):
+    """An update left a weight NaN or infinite; the run stops before it saves them."""
+
+
+def policy_loss(
+    log_probs: Any,
+    batch: TokenBatch,
+    ref_log_probs: Any,
+    algo: AlgoConfig,
+    entropy: Any = None,
+) -> tuple[Any, dict[str, float]]:
+    """The scalar loss of one batch and its statistics (clip fraction, KL, ratio, entropy).
+
+    ``entropy`` (B, L - 1), when given, is logged and, weighted by ``algo.entropy_coef``,
+    subtracted from the loss."""
+    import torch
+
+    token_adv = batch.targets.get("advantages")
+    if token_adv is None:
+        token_adv = broadcast_to_tokens(batch.advantages, batch.response_mask)
+    per_token = ppo_clip_loss(
+        log_probs,
+        batch.old_log_probs,
+        token_adv,
+        clip_low=algo.clip_low,
+        clip_high=algo.clip_high,
+    )
+    stats: dict[str, float] = {}
+    mask = batch.response_mask
+    if ref_log_probs is not None and algo.kl_coef > 0:
+        kl = kl_penalty(log_probs, ref_log_probs, estimator=algo.kl_estimator)
+        per_token = per_token + algo.kl_coef * kl
+        stats["kl"] = float(aggregate_loss(kl.detach(), mask))
+    loss = aggregate_loss(per_token, mask, mode=algo.loss_agg)
+    if entropy is not None:
+        mean_entropy = aggregate_loss(entropy, mask)
+        stats["entropy"] = float(mean_entropy.detach())
+        if algo.entropy_coef > 0:
+            loss = loss - algo.entropy_coef * mean_entropy
+    with torch.no_grad():
+        ratio = torch.exp(log_probs - batch.old_log_probs)
+        clipped = ((ratio < 1 - algo.clip_low) | (ratio > 1 + algo.clip_high)).float()
+        stats["clip_frac"] = float(aggregate_loss(clipped, mask))
+        stats["ratio_max"] = float((ratio * mask).max()) if mask.any() else 1.0
+    return loss, stats
+
+
+def policy_update(
+    model: Any,
+    reference: Any,
+    optimizer: Any,
+    records: StepRecords,
+    advantages: np.ndarray,
+    algo: AlgoConfig,
+    *,
+    pad_id: int,
+    temperature: float,
+    max_grad_norm: float,
+    generator: np.random.Generator,
+    share_prefix: bool = False,
+    critic_targets: PPOTargets | None = None,
+    critic: Any = None,
+    critic_optimizer: Any = None,
+) -> dict[str, float]:
+    """``algo.policy_epochs`` passes over shuffled minibatches of step records; one
+    optimizer step on :func:`policy_loss` each.
+
+    With ``critic_targets`` (``algo.estimator: ppo``) the policy reads their per-token
+    advantages, and the critic takes one step on the clipped value loss after each policy
+    step, on the same minibatch (:func:`~training.local.critic.critic_step`).
+
+    Returns:
+        Mean loss, clip fraction, entropy, KL (when on) and gradient norm over the
+        minibatches; with a critic also ``value_loss``, ``value_clip_frac`` and
+        ``critic_grad_norm``.
+    """
+    import torch
+
+    n = len(records)
+    sums: dict[str, float] = {}
+    steps = 0
+    model.train()
+    for _ in range(algo.policy_epochs):
+        order = generator.permutation(n)
+        for start in range(0, n, algo.minibatch_size):
+            rows = order[start : start + algo.minibatch_size]
+            batch = make_batch(
+                records,
+                rows,
+                advantages,
+                pad_id,
+                model.device,
+                share_prefix=share_prefix,
+                token_targets=None if critic_targets is None else critic_targets.token_targets(),
+            )
+            ref_lp = None
+            if reference is not None and algo.kl_coef > 0:
+                with torch.no_grad():
+                    ref_lp = token_log_probs(reference, batch, temperature)
+            log_probs, entropy = token_log_probs(model, batch, temperature, with_entropy=True)
+            if algo.entropy_coef == 0:
+                entropy = entropy.detach()
+            loss, stats = policy_loss(log_probs, batch, ref_lp, algo, entropy)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            trainable = [p for p in model.parameters() if p.requires_grad]
+            grad_norm = torch.nn.utils.clip_grad_norm_(trainable, max_grad_norm)
+            optimizer.step()
+            stats.update(loss=float(loss.detach()), grad_norm=float(grad_norm))
+            if critic is not None:
+                stats.update(critic_step(critic, critic_optimizer, batch, algo, max_grad_norm))
+            for key, value in stats.items():
+                sums[key] = sums.get(key, 0.0) + value
+            steps += 1
+    model.eval()
+    return {key: value / max(steps, 1) for key, value in sums.items()}
+
+
+def check_finite(model: Any, critic: Any, iteration: int) -> None:
+    """Raises :class:`TrainingDivergedError` when a trainable weight of the policy (or the
+    critic) is not finite, so that no checkpoint ever holds NaN weights."""
+    import torch
+
+    for name, network in (("policy", model), ("critic", critic)):
+        if network is None:
+            continue
+        for weight_name, weight in network.named_parameters():
+            if weight.requires_grad and not bool(torch.isfinite(weight).all()):
+                raise TrainingDivergedError(
+                    f"iteration {iteration}: the update made the {name}'s {weight_name} "
+                    "non-finite (NaN or inf); nothing of this iteration was saved. Lower "
+                    "optim.lr or optim.max_grad_norm"
+                )

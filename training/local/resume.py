@@ -1,0 +1,96 @@
+"""Resuming a run: the config check before anything is built.
+
+A run resumes from ``run.out/checkpoint`` (:mod:`training.local.checkpoint`) only with the
+config it was made with, but for the keys that do not change what it learns
+(:func:`~training.local.schema.resumable_keys`); :func:`check_resume` says which keys differ.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from training.local.checkpoint import recover_checkpoint
+from training.local.schema import TrainConfig, ppo_gamma_renamed, renamed, resumable_keys
+from training.text import show
+
+
+class ResumeConfigError(ValueError):
+    """``run.resume`` found a checkpoint made with another config."""
+
+
+def check_resume(config: TrainConfig) -> None:
+    """Raises :class:`ResumeConfigError` naming the differing keys when ``run.out`` holds a
+    checkpoint whose ``config.json`` differs from ``config`` (``run.allow_config_change``
+    lets it through). Runs before anything is built; first finishes a checkpoint swap that
+    a crash interrupted (:func:`~training.local.checkpoint.recover_checkpoint`).
+
+    Raises:
+        ResumeConfigError: the configs differ, or the saved one cannot be read.
+        UnsafeCheckpointError: the checkpoint is in the old pickled format.
+    """
+    out = Path(config.run.out)
+    saved_path = out / "config.json"
+    if not (config.run.resume and out.is_dir()):
+        return
+    # A crash during a checkpoint's swap leaves checkpoint.tmp/ or checkpoint.old/: finish
+    # it, so that the config check below sees the checkpoint that resume will load.
+    if recover_checkpoint(out) is None:
+        return
+    if not saved_path.is_file():
+        raise ResumeConfigError(
+            f"{out} holds a checkpoint but no config.json to compare configs with; use "
+            "another --out or --run.resume=false"
+        )
+    try:
+        saved = json.loads(saved_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError) as exc:  # JSON and UTF-8 errors are ValueErrors
+        raise ResumeConfigError(f"cannot read {saved_path} to compare configs: {exc}") from None
+    if not isinstance(saved, dict):
+        raise ResumeConfigError(f"{saved_path} does not hold a config (a JSON object)")
+    changes = config_changes(saved, config)
+    if changes and not config.run.allow_config_change:
+        raise ResumeConfigError(
+            f"{out} holds a checkpoint of a run with another config; differing keys:\n  "
+            + "\n  ".join(changes)
+            + "\nUse another --out, --run.resume=false to start over, or "
+            "--run.allow_config_change=true to continue anyway."
+        )
+
+
+def config_changes(saved: dict[str, Any], config: TrainConfig) -> list[str]:
+    """``key: saved -> now`` for each dotted key whose value differs from a saved
+    ``config.json``, leaving out the keys that may change on resume
+    (:func:`~training.local.schema.resumable_keys`). The saved config's renamed keys are
+    read under their new names (:func:`~training.local.schema.renamed`,
+    :func:`~training.local.schema.ppo_gamma_renamed`), and a key it lacks (added since)
+    counts as its default."""
+    resumable = set(resumable_keys())
+    now = _flatten(config.to_dict())
+    defaults = _flatten(TrainConfig().to_dict())
+    saved = renamed(saved)
+    if isinstance(saved.get("algo"), dict):
+        saved["algo"] = ppo_gamma_renamed(saved["algo"])
+    before = _flatten(saved)
+    for key in set(now) - set(before):
+        before[key] = defaults.get(key, "<absent>")
+    changes = []
+    for key in sorted(set(now) | set(before)):
+        if key in resumable:
+            continue
+        if before.get(key, "<absent>") != now.get(key, "<absent>"):
+            changes.append(
+                f"{key}: {show(before.get(key, '<absent>'))} -> {show(now.get(key, '<absent>'))}"
+            )
+    return changes
+
+
+def _flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for key, value in data.items():
+        if isinstance(value, dict) and prefix == "":
+            flat.update(_flatten(value, f"{key}."))
+        else:
+            flat[prefix + key] = value
+    return flat

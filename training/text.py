@@ -1,0 +1,28 @@
+"""Bounded text: values shown in error messages, and texts saved in step-record files.
+
+Neither ever builds more than a bounded amount of text, however large its input.
+"""
+
+from __future__ import annotations
+
+import reprlib
+from typing import Any
+
+_SHORT = reprlib.Repr()
+_SHORT.maxlevel, _SHORT.maxstring, _SHORT.maxother = 3, 80, 80
+_SHORT.maxlist = _SHORT.maxtuple = _SHORT.maxdict = _SHORT.maxset = 6
+
+
+def show(value: Any) -> str:
+    """A ``repr`` of ``value`` for an error message, cut short: at most a few levels, items
+    and ~80 characters a string, however large the value (it never builds the whole repr)."""
+    return _SHORT.repr(value)
+
+
+def bound_text(text: Any, max_chars: int) -> str:
+    """``text`` as a string of at most ``max_chars`` characters plus a marker of what was cut
+    (``" ... [+N chars]"``); ``max_chars <= 0`` keeps it whole, None is ``""``."""
+    text = "" if text is None else str(text)
+    if max_chars <= 0 or len(text) <= max_chars:
+        return text
+    return f"{text[:max_chars]} ... [+{len(text) - max_chars} chars]"
