@@ -8,7 +8,13 @@ split into generation, environment, advantage and update. Prints one JSON object
 ``qwen2.5-1.5b`` is Qwen2.5-1.5B's architecture (hard-coded config) with random weights and
 the tiny BPE tokenizer: the cost of a real-size model, nothing downloaded. Each iteration's
 line carries the baseline measured in the same run: a bare ``model.generate`` of the same
-first-turn prompts, which is what the trainer's generation costs at least.
+first-turn prompts, which is what the trainer's generation costs at least. Then one line
+``update_gflops``: the achieved GFLOP/s of one forward + backward of a fixed batch (16 x 96
+tokens by default; FLOPs = 6 x parameters x tokens, the usual estimate) under each compute
+dtype, beside the machine's own matmul peak measured in the same run (float32 and bfloat16,
+2048^3 products, best of 5), so the distance to the physical limit is one number.
+
+    python benchmarks/bench_train.py --model smollm2 --iterations 0      # the GFLOP/s line only
 """
 
 from __future__ import annotations
@@ -87,6 +93,47 @@ def bare_generate_seconds(config, model_path: Path) -> float:
     return seconds
 
 
+def matmul_peak_gflops(dtype: str, n: int = 2048, repeats: int = 5) -> float:
+    """The best GFLOP/s of ``n x n @ n x n`` in ``dtype`` on CPU, with torch's threads."""
+    import torch
+
+    a = torch.randn(n, n).to(getattr(torch, dtype))
+    b = torch.randn(n, n).to(getattr(torch, dtype))
+    a @ b  # warm-up
+    best = float("inf")
+    for _ in range(repeats):
+        tick = time.perf_counter()
+        a @ b
+        best = min(best, time.perf_counter() - tick)
+    return 2 * n**3 / best / 1e9
+
+
+def update_gflops(model_path: Path, compute_dtype: str, batch: int, length: int) -> dict:
+    """Seconds and GFLOP/s of one forward + backward of ``batch x length`` random tokens
+    (float32 weights, the loss a token-mean log-prob, as the policy update's)."""
+    import torch
+
+    from training.local.model import load_model
+    from training.local.precision import compute
+
+    model = load_model(model_path, "float32")
+    model.train()
+    params = sum(p.numel() for p in model.parameters())
+    vocab = model.config.vocab_size
+    ids = torch.randint(0, vocab, (batch, length), generator=torch.Generator().manual_seed(0))
+    best = float("inf")
+    for _ in range(3):
+        model.zero_grad(set_to_none=True)
+        tick = time.perf_counter()
+        with compute(compute_dtype, "cpu"):
+            logits = model(input_ids=ids).logits
+            loss = torch.log_softmax(logits.float(), -1).mean()
+        loss.backward()
+        best = min(best, time.perf_counter() - tick)
+    flops = 6 * params * batch * length
+    return {"seconds": round(best, 4), "gflops": round(flops / best / 1e9, 1)}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="tiny", help="tiny | smollm2 | qwen2.5-1.5b | a dir")
@@ -99,6 +146,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-new-tokens", type=int, default=32)
     parser.add_argument("--iterations", type=int, default=2)
     parser.add_argument("--estimator", default="gigpo")
+    parser.add_argument("--compute-dtype", default="auto", help="auto | float32 | bfloat16")
+    parser.add_argument("--batch", type=int, default=16, help="update_gflops: rows")
+    parser.add_argument("--length", type=int, default=96, help="update_gflops: tokens a row")
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -122,6 +172,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"--model.name_or_path={model}",
                 f"--model.device={args.device}",
                 f"--model.dtype={args.dtype}",
+                f"--model.compute_dtype={args.compute_dtype}",
                 f"--env.id={args.env}",
                 f"--env.num_groups={args.groups}",
                 f"--env.group_size={args.group_size}",
@@ -137,10 +188,34 @@ def main(argv: list[str] | None = None) -> int:
                 *extra,
             ],
         )
-        rows = train(config)
+        rows = train(config) if args.iterations else []
         from training.local.model import resolve_model_path
 
-        baseline = bare_generate_seconds(config, resolve_model_path(config.model, out))
+        model_path = resolve_model_path(config.model, out)
+        baseline = bare_generate_seconds(config, model_path) if rows else 0.0
+        gflops = None
+        if args.device == "cpu":
+            import torch
+
+            gflops = {
+                "what": "update_gflops",
+                "size": {
+                    "model": args.model,
+                    "batch": args.batch,
+                    "length": args.length,
+                    "threads": torch.get_num_threads(),
+                },  # fmt: skip
+                "float32": update_gflops(model_path, "float32", args.batch, args.length),
+                "bfloat16_autocast": update_gflops(model_path, "bfloat16", args.batch, args.length),
+                "baseline": {
+                    "what": "matmul peak GFLOP/s, 2048^3, same threads",
+                    "float32": round(matmul_peak_gflops("float32"), 1),
+                    "bfloat16": round(matmul_peak_gflops("bfloat16"), 1),
+                },
+            }
+            for name in ("float32", "bfloat16_autocast"):
+                peak = gflops["baseline"]["bfloat16" if name != "float32" else "float32"]
+                gflops[name]["share_of_peak"] = round(gflops[name]["gflops"] / peak, 3)
 
     size = {
         "model": args.model,
@@ -151,6 +226,7 @@ def main(argv: list[str] | None = None) -> int:
         "max_steps": args.max_steps,
         "max_new_tokens": args.max_new_tokens,
         "estimator": args.estimator,
+        "compute_dtype": args.compute_dtype,
     }
     for row in rows:
         seconds = row["time_iteration"]
@@ -182,6 +258,8 @@ def main(argv: list[str] | None = None) -> int:
             ),
             flush=True,
         )
+    if gflops is not None:
+        print(json.dumps(gflops), flush=True)
     return 0
 
 

@@ -101,8 +101,9 @@ def play(
     model: Any, tokenizer: Any, config: TrainConfig, settings: EvalSettings
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Plays ``settings.episodes`` held-out tasks with the trainer's own
-    :func:`training.local.play.play_heldout` (same seeds, same measures), with torch's
-    generator seeded from ``run.seed`` first so that sampled evaluation is reproducible.
+    :func:`training.local.play.play_heldout` (same seeds, same measures, the same compute
+    dtype and thread choice as the trainer's), with torch's generator seeded from
+    ``run.seed`` first so that sampled evaluation is reproducible.
 
     Args:
         config: the env, prompt and rollout settings (already :func:`prompt_config`'d).
@@ -114,18 +115,23 @@ def play(
     import torch
 
     from training.local.play import play_heldout
+    from training.local.precision import compute, resolve_compute_dtype
+    from training.local.threads import ThreadGovernor
 
     settings.check()
+    ThreadGovernor(config.run.threads).update()
+    dtype, _ = resolve_compute_dtype(config.model.compute_dtype, config.model.device)
     torch.manual_seed(config.run.seed)
-    return play_heldout(
-        model,
-        tokenizer,
-        config,
-        settings.episodes,
-        temperature=settings.temperature,
-        top_p=settings.top_p,
-        batch_size=settings.batch_size,
-    )
+    with compute(dtype, config.model.device):
+        return play_heldout(
+            model,
+            tokenizer,
+            config,
+            settings.episodes,
+            temperature=settings.temperature,
+            top_p=settings.top_p,
+            batch_size=settings.batch_size,
+        )
 
 
 def resolve_model(model: str, config: TrainConfig, out: Path) -> tuple[Path, Path | None]:

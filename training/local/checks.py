@@ -13,6 +13,7 @@ import math
 import re
 from typing import Any
 
+from training.local.precision import COMPUTE_DTYPES
 from training.local.schema import DTYPES, ConfigError, TrainConfig
 from training.settings import TRAINER_ESTIMATORS, unread
 from training.text import show
@@ -130,6 +131,10 @@ def _check_ranges(config: TrainConfig) -> None:
         raise ConfigError(f"env.heldout_fraction must be in [0, 1), got {e.heldout_fraction}")
     if m.dtype not in DTYPES:
         raise ConfigError(f"model.dtype must be one of {DTYPES}, got {show(m.dtype)}")
+    if m.compute_dtype not in COMPUTE_DTYPES:
+        raise ConfigError(
+            f"model.compute_dtype must be one of {COMPUTE_DTYPES}, got {show(m.compute_dtype)}"
+        )
     if not re.fullmatch(r"cpu|mps|cuda(:\d+)?", m.device):
         raise ConfigError(f"model.device must be cpu, mps, cuda or cuda:N, got {show(m.device)}")
     if m.name_or_path == "tiny-random":

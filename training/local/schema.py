@@ -43,6 +43,12 @@ class ModelConfig:
 
     name_or_path: str = "tiny-random"
     dtype: str = "float32"
+    """The weights' dtype (float32 keeps float32 master weights for mixed precision)."""
+    compute_dtype: str = "float32"
+    """The dtype forward passes compute in: ``float32`` (the default), ``bfloat16``
+    (autocast), or ``auto`` (bfloat16 where the device computes it natively, else float32);
+    the weights and the optimizer state keep ``dtype`` (see training/local/precision.py).
+    bfloat16 is not the default: the quick start under it collapsed (docs/benchmarks.md)."""
     device: str = "cpu"
     """torch device of the policy and the reference (``cpu``, ``cuda``, ``cuda:1``)."""
     trainable_layers: int = 0
@@ -163,7 +169,8 @@ class RunConfig:
     """Continue from ``out/checkpoint`` when it exists."""
     progress: bool = field(default=True, metadata=RESUMABLE)
     threads: int = field(default=0, metadata=RESUMABLE)
-    """torch CPU threads; 0 keeps torch's default."""
+    """torch CPU threads; 0 chooses them between iterations from the cores other processes
+    leave free (training/local/threads.py)."""
     label: str = field(default="", metadata=RESUMABLE)
     """Name of the run on the learning-curve plot; defaults to the estimator."""
     allow_config_change: bool = field(default=False, metadata=RESUMABLE)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import random
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -26,9 +27,11 @@ from training.local.metrics import MetricsLog, iteration_row, plot_curves, read_
 from training.local.model import learning_rate, load_models, require_train_extra
 from training.local.play import config_envs, evaluate_heldout, play, task_split, train_seeds
 from training.local.policy import check_finite, policy_update
+from training.local.precision import compute, resolve_compute_dtype
 from training.local.resume import check_resume
 from training.local.schema import TrainConfig
 from training.local.tensorboard import ScalarLog
+from training.local.threads import ThreadGovernor
 from training.record_files import prune_rollouts, record_rows, write_rollouts
 from training.records import StepRecords
 from training.stats import step_group_summary
@@ -44,15 +47,18 @@ def train(config: TrainConfig) -> list[dict[str, Any]]:
     ``tensorboard/`` (see ``run.tensorboard``).
     """
     require_train_extra()
-    import torch
 
     validate(config)  # a config built in code gets the checks a loaded one got
     out = Path(config.run.out)
     check_resume(config)
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / "config.json", json.dumps(config.to_dict(), indent=2) + "\n")
-    if config.run.threads:
-        torch.set_num_threads(config.run.threads)
+    threads = ThreadGovernor(config.run.threads)
+    threads.update()
+    dtype, why = resolve_compute_dtype(config.model.compute_dtype, config.model.device)
+    print(f"training: compute {dtype} ({why}); weights {config.model.dtype}; torch threads "
+          f"{'fixed at ' if config.run.threads else 'chosen per iteration, now '}"
+          f"{threads.threads} of {threads.cores} cores", file=sys.stderr)  # fmt: skip
     _seed_everything(config.run.seed)
     generator = np.random.default_rng(config.run.seed)
     models = load_models(config, out)
@@ -73,7 +79,11 @@ def train(config: TrainConfig) -> list[dict[str, Any]]:
     bar = _progress(config, start)
     for iteration in range(start, config.run.iterations):
         tick = time.perf_counter()
-        rollout = play(model, tokenizer, envs, config, seed=train_seeds(config, iteration, split))
+        threads.update()
+        with compute(dtype, config.model.device):
+            rollout = play(
+                model, tokenizer, envs, config, seed=train_seeds(config, iteration, split)
+            )
         records = rollout.records
 
         adv_tick = time.perf_counter()
@@ -82,8 +92,9 @@ def train(config: TrainConfig) -> list[dict[str, Any]]:
         if critic is None:
             advantages = critic_free_advantages(records, config.algo, groups)
         else:
-            targets = ppo_targets(critic, records, config.algo, pad_id=tokenizer.pad_token_id,
-                                  share_prefix=config.model.share_prefix)  # fmt: skip
+            with compute(dtype, config.model.device):
+                targets = ppo_targets(critic, records, config.algo, pad_id=tokenizer.pad_token_id,
+                                      share_prefix=config.model.share_prefix)  # fmt: skip
             advantages = targets.summary
         adv_seconds = time.perf_counter() - adv_tick
         if _saves_rollouts(config, iteration):
@@ -94,22 +105,23 @@ def train(config: TrainConfig) -> list[dict[str, Any]]:
             group["lr"] = learning_rate(config, iteration)
         for group in models.critic_optimizer.param_groups if critic is not None else []:
             group["lr"] = learning_rate(config, iteration, models.critic_lr)
-        stats = policy_update(
-            model,
-            models.reference,
-            models.optimizer,
-            records,
-            advantages.advantages,
-            config.algo,
-            pad_id=tokenizer.pad_token_id,
-            temperature=config.rollout.temperature,
-            max_grad_norm=config.optim.max_grad_norm,
-            generator=generator,
-            share_prefix=config.model.share_prefix,
-            critic_targets=targets,
-            critic=critic,
-            critic_optimizer=models.critic_optimizer,
-        )
+        with compute(dtype, config.model.device):
+            stats = policy_update(
+                model,
+                models.reference,
+                models.optimizer,
+                records,
+                advantages.advantages,
+                config.algo,
+                pad_id=tokenizer.pad_token_id,
+                temperature=config.rollout.temperature,
+                max_grad_norm=config.optim.max_grad_norm,
+                generator=generator,
+                share_prefix=config.model.share_prefix,
+                critic_targets=targets,
+                critic=critic,
+                critic_optimizer=models.critic_optimizer,
+            )
         if targets is not None:
             stats.update(targets.stats)
         check_finite(model, critic, iteration)
@@ -120,9 +132,11 @@ def train(config: TrainConfig) -> list[dict[str, Any]]:
             lr=learning_rate(config, iteration), update_stats=stats,
             times={"time_advantage": adv_seconds, "time_update": update_seconds},
         )  # fmt: skip
+        row["threads"] = threads.threads
         done = iteration + 1
         if _after(done, config.eval.every, config.run.iterations):
-            row.update(evaluate_heldout(model, tokenizer, config, split))
+            with compute(dtype, config.model.device):
+                row.update(evaluate_heldout(model, tokenizer, config, split))
         row["time_iteration"] = time.perf_counter() - tick
         log.write(row)
         scalars.write(row)
