@@ -137,13 +137,11 @@ class EstimatorSettings:
             raise ValueError(f"{estimator_name} must be one of {estimators}, got {estimator!r}")
         reads = [prefix + name for name in read_by(estimator)]
         reads += (also_reads or {}).get(estimator, ())
-        for f in table():
-            value = getattr(self, f.name)
-            if estimator not in f.metadata["reads"] and value != f.default:
-                raise ValueError(
-                    f"{prefix}{f.name}={value!r} is not used by {estimator_name}={estimator!r} "
-                    f"(it reads {reads}); remove it"
-                )
+        for name, value, _ in unread(self, estimator):
+            raise ValueError(
+                f"{prefix}{name}={value!r} is not used by {estimator_name}={estimator!r} "
+                f"(it reads {reads}); remove it"
+            )
         # Every one of gigpo_algo's settings is read by gigpo: this checks values only.
         check_settings("gigpo", self.estimator_settings(), prefix=prefix)
         for name in ("gae_gamma", "lam"):

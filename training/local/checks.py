@@ -15,7 +15,7 @@ from typing import Any
 
 from training.local.precision import COMPUTE_DTYPES
 from training.local.schema import DTYPES, ConfigError, TrainConfig
-from training.settings import TRAINER_ESTIMATORS, unread
+from training.settings import unread
 from training.text import show
 
 
@@ -51,11 +51,10 @@ def _check_algo(config: TrainConfig) -> None:
     from gigpo_algo.losses import AGGREGATIONS, KL_ESTIMATORS
 
     a, e = config.algo, config.env
-    # Settings outside the algo section that only some estimators read (field metadata).
+    # Settings outside the algo section that this estimator reads (field metadata).
     also_reads = {
-        estimator: [f"optim.{f.name}" for f in dataclasses.fields(config.optim)
-                    if estimator in f.metadata.get("reads", ())]
-        for estimator in TRAINER_ESTIMATORS
+        a.estimator: [f"optim.{f.name}" for f in dataclasses.fields(config.optim)
+                      if a.estimator in f.metadata.get("reads", ())]
     }  # fmt: skip
     try:
         a.check(prefix="algo.", estimator_name="algo.estimator", also_reads=also_reads)
