@@ -9,10 +9,12 @@ split into generation, environment, advantage and update. Prints one JSON object
 the tiny BPE tokenizer: the cost of a real-size model, nothing downloaded. Each iteration's
 line carries the baseline measured in the same run: a bare ``model.generate`` of the same
 first-turn prompts, which is what the trainer's generation costs at least. Then one line
-``update_gflops``: the achieved GFLOP/s of one forward + backward of a fixed batch (16 x 96
-tokens by default; FLOPs = 6 x parameters x tokens, the usual estimate) under each compute
-dtype, beside the machine's own matmul peak measured in the same run (float32 and bfloat16,
-2048^3 products, best of 5), so the distance to the physical limit is one number.
+``update_gflops``: the achieved GFLOP/s of one step of the trainer's own policy update
+(16 rows x 96 tokens, the last 32 the response, by default) under each compute dtype,
+beside the machine's own matmul peak measured in the same run (float32 and bfloat16,
+2048^3 products, best of 5), so the distance to the physical limit is one number. FLOPs
+are the update's matrix products counted from the model's config (:func:`step_flops`);
+the usual 6 x parameters x tokens estimate is printed beside them.
 
     python benchmarks/bench_train.py --model smollm2 --iterations 0      # the GFLOP/s line only
 """
@@ -108,30 +110,80 @@ def matmul_peak_gflops(dtype: str, n: int = 2048, repeats: int = 5) -> float:
     return 2 * n**3 / best / 1e9
 
 
-def update_gflops(model_path: Path, compute_dtype: str, batch: int, length: int) -> dict:
-    """Seconds and GFLOP/s of one forward + backward of ``batch x length`` random tokens
-    (float32 weights, the loss a token-mean log-prob, as the policy update's)."""
+def step_flops(config, rows: int, length: int, response: int) -> dict[str, float]:
+    """Floating-point operations of one policy-update step of a decoder (Llama / Qwen2
+    layout) on ``rows`` sequences of ``length`` tokens whose last ``response`` are the
+    response: matrix products only (2 per multiply-add), forward + backward.
+
+    Counted: every decoder layer's projections on every token (forward x1, backward x2:
+    input and weight gradients), causal attention scores and mixing (same factors), and the
+    vocabulary projection on the response positions only, the ones the update projects
+    (forward x1, backward x1: the head is frozen, tied to the frozen embeddings). The
+    usual "6 x parameters x tokens" estimate is returned beside it.
+    """
+    h, inter, layers = config.hidden_size, config.intermediate_size, config.num_hidden_layers
+    heads, kv_heads = config.num_attention_heads, config.num_key_value_heads
+    kv = kv_heads * (h // heads)
+    tokens = rows * length
+    projections = 2 * tokens * layers * (2 * h * h + 2 * h * kv + 3 * h * inter)
+    attention = 2 * 2 * rows * layers * h * length * (length + 1) // 2
+    head = 2 * rows * response * h * config.vocab_size
+    params = layers * (2 * h * h + 2 * h * kv + 3 * h * inter) + config.vocab_size * h
+    return {
+        "flops": 3 * (projections + attention) + 2 * head,
+        "flops_6n": 6 * params * tokens,
+    }
+
+
+def update_gflops(model_path: Path, compute_dtype: str, rows: int, length: int,
+                  response: int) -> dict:  # fmt: skip
+    """Seconds and GFLOP/s of one step of the trainer's own policy update (its forward,
+    :func:`training.local.batch.token_log_probs`, :func:`training.local.policy.policy_loss`
+    and the backward pass) on ``rows`` random sequences of ``length`` tokens, the last
+    ``response`` of each the response; float32 weights, every decoder layer trained, the
+    embeddings frozen (as the quick start's ``model.trainable_layers: 30``). Best of 3."""
+    import numpy as np
     import torch
 
+    from training.local.batch import make_batch, token_log_probs
     from training.local.model import load_model
-    from training.local.precision import compute
+    from training.local.policy import policy_loss
+    from training.local.precision import compute, prepare_heads
+    from training.local.schema import AlgoConfig
+    from training.records import StepRecords
 
     model = load_model(model_path, "float32")
+    model.get_input_embeddings().requires_grad_(False)
+    prepare_heads(compute_dtype, "cpu", model)
     model.train()
-    params = sum(p.numel() for p in model.parameters())
-    vocab = model.config.vocab_size
-    ids = torch.randint(0, vocab, (batch, length), generator=torch.Generator().manual_seed(0))
+    generator = torch.Generator().manual_seed(0)
+    records = StepRecords()
+    for row in range(rows):
+        ids = torch.randint(0, model.config.vocab_size, (length,), generator=generator).tolist()
+        records.append(
+            prompt_ids=ids[: length - response], response_ids=ids[length - response :],
+            old_log_probs=[0.0] * response, reward=0.0, anchor="", anchor_text=None,
+            group_id=0, traj_id=row, is_action_valid=True,
+        )  # fmt: skip
+    batch = make_batch(records, np.arange(rows), np.linspace(-1, 1, rows), 0)
+    algo = AlgoConfig()
     best = float("inf")
-    for _ in range(3):
+    for _ in range(4):  # the first is a warm-up
         model.zero_grad(set_to_none=True)
         tick = time.perf_counter()
         with compute(compute_dtype, "cpu"):
-            logits = model(input_ids=ids).logits
-            loss = torch.log_softmax(logits.float(), -1).mean()
+            log_probs, entropy = token_log_probs(model, batch, with_entropy=True,
+                                                 entropy_grad=False)  # fmt: skip
+            batch.old_log_probs = log_probs.detach()
+            loss, _ = policy_loss(log_probs, batch, None, algo, entropy)
         loss.backward()
-        best = min(best, time.perf_counter() - tick)
-    flops = 6 * params * batch * length
-    return {"seconds": round(best, 4), "gflops": round(flops / best / 1e9, 1)}
+        best = min(best, time.perf_counter() - tick) if _ else best
+    counts = step_flops(model.config, rows, length, response)
+    return {
+        "seconds": round(best, 4),
+        "gflops": round(counts["flops"] / best / 1e9, 1),
+        "gflops_6n": round(counts["flops_6n"] / best / 1e9, 1),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -149,8 +201,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--compute-dtype", default="auto", help="auto | float32 | bfloat16")
     parser.add_argument("--batch", type=int, default=16, help="update_gflops: rows")
     parser.add_argument("--length", type=int, default=96, help="update_gflops: tokens a row")
+    parser.add_argument(
+        "--response", type=int, default=32, help="update_gflops: response tokens a row"
+    )
+    parser.add_argument(
+        "--keep-freed-memory", type=int, default=1, help="1: the trainer's run.keep_freed_memory"
+    )
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    if args.keep_freed_memory:
+        from training.local.allocator import keep_freed_memory
+
+        keep_freed_memory()
 
     from training.local.config import load_config
     from training.local.train import train
@@ -197,16 +259,19 @@ def main(argv: list[str] | None = None) -> int:
         if args.device == "cpu":
             import torch
 
+            shape = (args.batch, args.length, args.response)
             gflops = {
                 "what": "update_gflops",
                 "size": {
                     "model": args.model,
                     "batch": args.batch,
                     "length": args.length,
+                    "response": args.response,
                     "threads": torch.get_num_threads(),
+                    "keep_freed_memory": bool(args.keep_freed_memory),
                 },  # fmt: skip
-                "float32": update_gflops(model_path, "float32", args.batch, args.length),
-                "bfloat16_autocast": update_gflops(model_path, "bfloat16", args.batch, args.length),
+                "float32": update_gflops(model_path, "float32", *shape),
+                "bfloat16_autocast": update_gflops(model_path, "bfloat16", *shape),
                 "baseline": {
                     "what": "matmul peak GFLOP/s, 2048^3, same threads",
                     "float32": round(matmul_peak_gflops("float32"), 1),

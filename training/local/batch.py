@@ -93,36 +93,52 @@ def make_batch(
 
 
 def token_log_probs(
-    model: Any, batch: TokenBatch, temperature: float = 1.0, *, with_entropy: bool = False
+    model: Any,
+    batch: TokenBatch,
+    temperature: float = 1.0,
+    *,
+    with_entropy: bool = False,
+    entropy_grad: bool = True,
 ) -> Any:
     """log pi(token t+1 | tokens <= t), shape (B, L - 1); 0 in the columns before
     ``batch.first_column``, which hold prompt tokens only.
 
     Logits are computed only from ``first_column`` on (the vocabulary projection of the
     prompt positions is skipped), and a shared prefix (``batch.prefix_length``) runs once.
-    ``with_entropy``: also return the entropy (nats) of pi(. | tokens <= t), same layout.
+    ``with_entropy``: also return the entropy (nats) of pi(. | tokens <= t), same layout;
+    ``entropy_grad=False`` computes it without a gradient, from the same log-softmax (the
+    update logs the entropy but trains on it only with an entropy bonus).
     """
     import torch
 
     width = batch.input_ids.shape[1]
     first, prefix = batch.first_column, batch.prefix_length
-    keep = width - first
     kwargs: dict[str, Any] = {"attention_mask": batch.attention_mask}
-    if "logits_to_keep" in forward_params(type(model)):
-        kwargs["logits_to_keep"] = keep
+    # Positions first .. width - 2 predict the tokens after them (counted from the prefix's
+    # end when it runs apart); only their logits are projected.
+    positions = torch.arange(first - prefix, width - 1 - prefix, device=batch.input_ids.device)
+    projects_some = "logits_to_keep" in forward_params(type(model))
+    if projects_some:
+        kwargs["logits_to_keep"] = positions
     if prefix:
         kwargs[cache_kwarg(model)] = prefix_cache(
             model, batch.input_ids[0, :prefix].tolist(), batch.input_ids.shape[0]
         )
         kwargs["use_cache"] = True
-        logits = model(input_ids=batch.input_ids[:, prefix:], **kwargs).logits
-    else:
-        logits = model(input_ids=batch.input_ids, **kwargs).logits
-    logits = logits[:, -keep:-1].float() / temperature
+    logits = model(input_ids=batch.input_ids[:, prefix:], **kwargs).logits
+    if not projects_some:
+        logits = logits[:, positions]
+    logits = logits.float()
+    if temperature != 1.0:
+        logits = logits / temperature
     targets = batch.input_ids[:, first + 1 :, None]
     log_p = torch.log_softmax(logits, dim=-1)
     chosen = torch.nn.functional.pad(log_p.gather(-1, targets).squeeze(-1), (first, 0))
     if not with_entropy:
         return chosen
-    entropy = entropy_from_logits(logits)
+    if entropy_grad:
+        entropy = entropy_from_logits(logits)
+    else:
+        with torch.no_grad():  # the model's logits are finite: no 0 * log 0 to guard
+            entropy = -torch.linalg.vecdot(log_p.exp(), log_p)
     return chosen, torch.nn.functional.pad(entropy, (first, 0))

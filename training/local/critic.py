@@ -27,6 +27,7 @@ import numpy as np
 from gigpo_algo.losses import aggregate_loss, value_loss
 from training.advantages import Advantages
 from training.local.batch import TokenBatch, make_batch
+from training.local.precision import compute
 from training.local.prefix import cache_kwarg, prefix_cache
 from training.local.schema import AlgoConfig
 from training.records import StepRecords
@@ -220,10 +221,16 @@ def ppo_targets(
 
 
 def critic_step(
-    critic: Any, optimizer: Any, batch: TokenBatch, algo: AlgoConfig, max_grad_norm: float
+    critic: Any,
+    optimizer: Any,
+    batch: TokenBatch,
+    algo: AlgoConfig,
+    max_grad_norm: float,
+    compute_dtype: str = "float32",
 ) -> dict[str, float]:
     """One optimizer step of the critic on the clipped value loss of one minibatch
-    (token mean over the response tokens).
+    (token mean over the response tokens); its forward pass in ``compute_dtype``
+    (:func:`training.local.precision.compute`).
 
     Returns:
         ``value_loss`` (squared reward units), ``value_clip_frac`` (share of tokens whose
@@ -236,8 +243,9 @@ def critic_step(
     mask = batch.response_mask
     old, returns = batch.targets["old_values"], batch.targets["returns"]
     critic.train()
-    values = token_values(critic, batch)
-    loss = aggregate_loss(value_loss(values, old, returns, value_clip=clip), mask)
+    with compute(compute_dtype, critic.device.type):
+        values = token_values(critic, batch)
+        loss = aggregate_loss(value_loss(values, old, returns, value_clip=clip), mask)
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
     trainable = [p for p in critic.parameters() if p.requires_grad]

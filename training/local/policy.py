@@ -9,6 +9,7 @@ gigpo, grpo, rloo and ppo.
 
 from __future__ import annotations
 
+import collections
 from typing import Any
 
 import numpy as np
@@ -17,6 +18,7 @@ from gigpo_algo.losses import aggregate_loss, kl_penalty, ppo_clip_loss
 from gigpo_algo.tokens import broadcast_to_tokens
 from training.local.batch import TokenBatch, make_batch, token_log_probs
 from training.local.critic import PPOTargets, critic_step
+from training.local.precision import compute
 from training.local.schema import AlgoConfig
 from training.records import StepRecords
 
@@ -68,6 +70,54 @@ def policy_loss(
     return loss, stats
 
 
+def minibatch_plan(n: int, minibatch_size: int, epochs: int, generator: Any) -> list[np.ndarray]:
+    """The rows of each optimizer step of an update: ``n`` records shuffled once and cut into
+    minibatches of ``minibatch_size`` (the last may be smaller); every later epoch visits the
+    same minibatches in a new random order (drawn from ``generator``).
+
+    The composition of a minibatch stays the same across epochs, so its old log-probs can be
+    recomputed once, on exactly the batch the update later runs (:func:`policy_update`).
+    """
+    order = generator.permutation(n)
+    batches = [order[start : start + minibatch_size] for start in range(0, n, minibatch_size)]
+    plan = list(batches)
+    for _ in range(epochs - 1):
+        plan += [batches[i] for i in generator.permutation(len(batches))]
+    return plan
+
+
+def recompute_old_log_probs(
+    model: Any, batches: list[TokenBatch], temperature: float, compute_dtype: str
+) -> dict[str, float]:
+    """Replaces each batch's ``old_log_probs`` by the model's own, computed now (no gradient,
+    in ``compute_dtype``) on that very batch; returns how far the sampler's were from them.
+
+    Run before the update's first step, on the batches the update then steps on, an unmoved
+    policy's ratio is 1 to the last bit: the same rows, padding and prefix take the same
+    bfloat16 roundings (:mod:`training.local.precision`).
+
+    Returns:
+        ``rollout_logp_gap`` and ``rollout_logp_gap_max``: the mean and largest
+        |sampler - update| log-prob over the response tokens (nats).
+    """
+    import torch
+
+    total, count, largest = 0.0, 0, 0.0
+    was_training = model.training
+    model.eval()
+    for batch in batches:
+        with torch.no_grad(), compute(compute_dtype, model.device.type):
+            fresh = token_log_probs(model, batch, temperature)
+        mask = batch.response_mask.bool()
+        gap = (fresh - batch.old_log_probs).abs()[mask]
+        if gap.numel():
+            total, count = total + float(gap.sum()), count + gap.numel()
+            largest = max(largest, float(gap.max()))
+        batch.old_log_probs = fresh * batch.response_mask
+    model.train(was_training)
+    return {"rollout_logp_gap": total / max(count, 1), "rollout_logp_gap_max": largest}
+
+
 def policy_update(
     model: Any,
     reference: Any,
@@ -84,9 +134,17 @@ def policy_update(
     critic_targets: PPOTargets | None = None,
     critic: Any = None,
     critic_optimizer: Any = None,
+    compute_dtype: str = "float32",
 ) -> dict[str, float]:
-    """``algo.policy_epochs`` passes over shuffled minibatches of step records; one
-    optimizer step on :func:`policy_loss` each.
+    """``algo.policy_epochs`` passes over minibatches of step records
+    (:func:`minibatch_plan`); one optimizer step on :func:`policy_loss` each.
+
+    ``compute_dtype`` (``float32`` or ``bfloat16``, :mod:`training.local.precision`): the
+    dtype of each minibatch's forward passes, each in its own autocast context, so that no
+    forward reads a bfloat16 copy of a weight cast before the last optimizer step (autocast
+    caches its casts until its context exits). Under ``bfloat16`` the ratio's old log-probs
+    are first recomputed by the update's own forward pass on each minibatch
+    (:func:`recompute_old_log_probs`) instead of taken from the sampler.
 
     With ``critic_targets`` (``algo.estimator: ppo``) the policy reads their per-token
     advantages, and the critic takes one step on the clipped value loss after each policy
@@ -95,48 +153,57 @@ def policy_update(
     Returns:
         Mean loss, clip fraction, entropy, KL (when on) and gradient norm over the
         minibatches; with a critic also ``value_loss``, ``value_clip_frac`` and
-        ``critic_grad_norm``.
+        ``critic_grad_norm``; under bfloat16 also ``rollout_logp_gap`` (and its max).
     """
     import torch
 
-    n = len(records)
+    plan = minibatch_plan(len(records), algo.minibatch_size, algo.policy_epochs, generator)
+    token_targets = None if critic_targets is None else critic_targets.token_targets()
+    uses = collections.Counter(id(rows) for rows in plan)  # a minibatch's steps still to run
+
+    def make(rows: np.ndarray) -> TokenBatch:
+        return make_batch(records, rows, advantages, pad_id, model.device,
+                          share_prefix=share_prefix, token_targets=token_targets)  # fmt: skip
+
+    # Tensors of a minibatch are kept while it has steps left to run (all of them under
+    # bfloat16, whose old log-probs are recomputed before the first step).
+    kept: dict[int, TokenBatch] = {}
+    gap_stats: dict[str, float] = {}
+    if compute_dtype == "bfloat16":
+        kept = {id(rows): make(rows) for rows in plan}
+        gap_stats = recompute_old_log_probs(model, list(kept.values()), temperature,
+                                            compute_dtype)  # fmt: skip
     sums: dict[str, float] = {}
-    steps = 0
     model.train()
-    for _ in range(algo.policy_epochs):
-        order = generator.permutation(n)
-        for start in range(0, n, algo.minibatch_size):
-            rows = order[start : start + algo.minibatch_size]
-            batch = make_batch(
-                records,
-                rows,
-                advantages,
-                pad_id,
-                model.device,
-                share_prefix=share_prefix,
-                token_targets=None if critic_targets is None else critic_targets.token_targets(),
-            )
-            ref_lp = None
+    for rows in plan:
+        key = id(rows)
+        batch = kept[key] if key in kept else make(rows)
+        uses[key] -= 1
+        if uses[key]:
+            kept[key] = batch
+        else:
+            kept.pop(key, None)
+        ref_lp = None
+        with compute(compute_dtype, model.device.type):
             if reference is not None and algo.kl_coef > 0:
                 with torch.no_grad():
                     ref_lp = token_log_probs(reference, batch, temperature)
-            log_probs, entropy = token_log_probs(model, batch, temperature, with_entropy=True)
-            if algo.entropy_coef == 0:
-                entropy = entropy.detach()
+            log_probs, entropy = token_log_probs(model, batch, temperature, with_entropy=True,
+                                                 entropy_grad=algo.entropy_coef > 0)  # fmt: skip
             loss, stats = policy_loss(log_probs, batch, ref_lp, algo, entropy)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            trainable = [p for p in model.parameters() if p.requires_grad]
-            grad_norm = torch.nn.utils.clip_grad_norm_(trainable, max_grad_norm)
-            optimizer.step()
-            stats.update(loss=float(loss.detach()), grad_norm=float(grad_norm))
-            if critic is not None:
-                stats.update(critic_step(critic, critic_optimizer, batch, algo, max_grad_norm))
-            for key, value in stats.items():
-                sums[key] = sums.get(key, 0.0) + value
-            steps += 1
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        trainable = [p for p in model.parameters() if p.requires_grad]
+        grad_norm = torch.nn.utils.clip_grad_norm_(trainable, max_grad_norm)
+        optimizer.step()
+        stats.update(loss=float(loss.detach()), grad_norm=float(grad_norm))
+        if critic is not None:
+            stats.update(critic_step(critic, critic_optimizer, batch, algo, max_grad_norm,
+                                     compute_dtype))  # fmt: skip
+        for key, value in stats.items():
+            sums[key] = sums.get(key, 0.0) + value
     model.eval()
-    return {key: value / max(steps, 1) for key, value in sums.items()}
+    return {key: value / max(len(plan), 1) for key, value in sums.items()} | gap_stats
 
 
 def check_finite(model: Any, critic: Any, iteration: int) -> None:

@@ -69,7 +69,10 @@ def prefix_cache(model: Any, prefix_ids: Sequence[int], batch_size: int) -> Any:
     import torch
 
     ids = torch.tensor([list(prefix_ids)], dtype=torch.long, device=model.device)
-    out = model(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=True)
+    kwargs: dict[str, Any] = {"attention_mask": torch.ones_like(ids), "use_cache": True}
+    if "logits_to_keep" in forward_params(type(model)):
+        kwargs["logits_to_keep"] = 1  # only the cache is used: skip the prefix's logits
+    out = model(input_ids=ids, **kwargs)
     cache = getattr(out, "cache", None) or out.past_key_values
     if not hasattr(cache, "batch_repeat_interleave"):
         raise ValueError(

@@ -44,11 +44,11 @@ class ModelConfig:
     name_or_path: str = "tiny-random"
     dtype: str = "float32"
     """The weights' dtype (float32 keeps float32 master weights for mixed precision)."""
-    compute_dtype: str = "float32"
-    """The dtype forward passes compute in: ``float32`` (the default), ``bfloat16``
-    (autocast), or ``auto`` (bfloat16 where the device computes it natively, else float32);
-    the weights and the optimizer state keep ``dtype`` (see training/local/precision.py).
-    bfloat16 is not the default: the quick start under it collapsed (docs/benchmarks.md)."""
+    compute_dtype: str = "auto"
+    """The dtype forward and backward passes compute in: ``auto`` (the default: bfloat16
+    where the device computes it natively, else float32), ``float32`` or ``bfloat16``
+    (autocast); the weights and the optimizer state keep ``dtype``, the output heads and the
+    losses stay float32 (see training/local/precision.py)."""
     device: str = "cpu"
     """torch device of the policy and the reference (``cpu``, ``cuda``, ``cuda:1``)."""
     trainable_layers: int = 0
@@ -171,6 +171,10 @@ class RunConfig:
     threads: int = field(default=0, metadata=RESUMABLE)
     """torch CPU threads; 0 chooses them between iterations from the cores other processes
     leave free (training/local/threads.py)."""
+    keep_freed_memory: bool = field(default=True, metadata=RESUMABLE)
+    """Let the C allocator keep freed memory for reuse instead of returning it to the system
+    (glibc only): each minibatch then reuses the last one's pages instead of faulting in new
+    ones, 10-20% of a CPU update (training/local/allocator.py)."""
     label: str = field(default="", metadata=RESUMABLE)
     """Name of the run on the learning-curve plot; defaults to the estimator."""
     allow_config_change: bool = field(default=False, metadata=RESUMABLE)

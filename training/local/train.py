@@ -20,6 +20,7 @@ import numpy as np
 
 from training.advantages import Advantages, critic_free_advantages, step_groups
 from training.files import atomic_write_text
+from training.local.allocator import keep_freed_memory
 from training.local.checkpoint import load_checkpoint, save_checkpoint
 from training.local.checks import validate
 from training.local.critic import ppo_targets
@@ -27,7 +28,7 @@ from training.local.metrics import MetricsLog, iteration_row, plot_curves, read_
 from training.local.model import learning_rate, load_models, require_train_extra
 from training.local.play import config_envs, evaluate_heldout, play, task_split, train_seeds
 from training.local.policy import check_finite, policy_update
-from training.local.precision import compute, resolve_compute_dtype
+from training.local.precision import compute, prepare_heads, resolve_compute_dtype
 from training.local.resume import check_resume
 from training.local.schema import TrainConfig
 from training.local.tensorboard import ScalarLog
@@ -53,6 +54,8 @@ def train(config: TrainConfig) -> list[dict[str, Any]]:
     check_resume(config)
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / "config.json", json.dumps(config.to_dict(), indent=2) + "\n")
+    if config.run.keep_freed_memory:
+        keep_freed_memory()
     threads = ThreadGovernor(config.run.threads)
     threads.update()
     dtype, why = resolve_compute_dtype(config.model.compute_dtype, config.model.device)
@@ -63,6 +66,7 @@ def train(config: TrainConfig) -> list[dict[str, Any]]:
     generator = np.random.default_rng(config.run.seed)
     models = load_models(config, out)
     model, tokenizer, critic = models.policy, models.tokenizer, models.critic
+    prepare_heads(dtype, config.model.device, model, models.reference, critic)
     envs = config_envs(config, config.env.num_groups, config.env.group_size)
     split = task_split(config)
 
@@ -105,23 +109,23 @@ def train(config: TrainConfig) -> list[dict[str, Any]]:
             group["lr"] = learning_rate(config, iteration)
         for group in models.critic_optimizer.param_groups if critic is not None else []:
             group["lr"] = learning_rate(config, iteration, models.critic_lr)
-        with compute(dtype, config.model.device):
-            stats = policy_update(
-                model,
-                models.reference,
-                models.optimizer,
-                records,
-                advantages.advantages,
-                config.algo,
-                pad_id=tokenizer.pad_token_id,
-                temperature=config.rollout.temperature,
-                max_grad_norm=config.optim.max_grad_norm,
-                generator=generator,
-                share_prefix=config.model.share_prefix,
-                critic_targets=targets,
-                critic=critic,
-                critic_optimizer=models.critic_optimizer,
-            )
+        stats = policy_update(
+            model,
+            models.reference,
+            models.optimizer,
+            records,
+            advantages.advantages,
+            config.algo,
+            pad_id=tokenizer.pad_token_id,
+            temperature=config.rollout.temperature,
+            max_grad_norm=config.optim.max_grad_norm,
+            generator=generator,
+            share_prefix=config.model.share_prefix,
+            critic_targets=targets,
+            critic=critic,
+            critic_optimizer=models.critic_optimizer,
+            compute_dtype=dtype,
+        )
         if targets is not None:
             stats.update(targets.stats)
         check_finite(model, critic, iteration)
