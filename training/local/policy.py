@@ -105,9 +105,11 @@ def recompute_old_log_probs(
     total, count, largest = 0.0, 0, 0.0
     was_training = model.training
     model.eval()
-    for batch in batches:
-        with torch.no_grad(), compute(compute_dtype, model.device.type):
-            fresh = token_log_probs(model, batch, temperature)
+    # One autocast context for all of them: the weights do not change in between, so each
+    # is cast to bfloat16 once, not once a batch.
+    with torch.no_grad(), compute(compute_dtype, model.device.type):
+        fresh_all = [token_log_probs(model, batch, temperature) for batch in batches]
+    for batch, fresh in zip(batches, fresh_all, strict=True):
         mask = batch.response_mask.bool()
         gap = (fresh - batch.old_log_probs).abs()[mask]
         if gap.numel():
