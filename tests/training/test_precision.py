@@ -271,3 +271,33 @@ def test_kept_freed_memory_stays_in_the_heap_for_reuse():
     mapped, unmapped, kept_free = out["keep"]
     assert mapped == 0 and unmapped == 0  # from the heap
     assert kept_free >= 64  # and kept there
+
+
+def test_the_fused_optimizer_takes_the_per_tensor_loops_step(tiny_model_dir):
+    """make_optimizer's one-kernel AdamW moves the weights as torch's per-tensor AdamW does
+    (same gradients, three steps, weight decay on), and leaves frozen weights out."""
+    from training.local.model import load_model, make_optimizer
+
+    models = [load_model(tiny_model_dir, "float32") for _ in range(2)]
+    for model in models:
+        model.get_input_embeddings().weight.requires_grad_(False)
+        for name, weight in model.named_parameters():
+            # softmax ignores a key bias: its gradient is rounding noise, which Adam's
+            # normalised step blows up to different weights in any two implementations
+            if name.endswith("k_proj.bias"):
+                weight.requires_grad_(False)
+    fused = make_optimizer(models[0], 1e-3, 0.01)
+    loop = torch.optim.AdamW([p for p in models[1].parameters() if p.requires_grad], lr=1e-3,
+                             weight_decay=0.01, foreach=False)  # fmt: skip
+    assert fused.param_groups[0]["fused"] is True
+    assert len(fused.param_groups[0]["params"]) == len(loop.param_groups[0]["params"])
+    ids = torch.tensor([[3, 5, 7, 11, 13, 17]])
+    for _ in range(3):
+        for model, optimizer in zip(models, (fused, loop), strict=True):
+            optimizer.zero_grad()
+            model(input_ids=ids, labels=ids).loss.backward()
+            optimizer.step()
+    start = load_model(tiny_model_dir, "float32").state_dict()
+    for (name, a), b in zip(models[0].named_parameters(), models[1].parameters(), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+        assert torch.equal(a, start[name]) is not a.requires_grad, name  # only trainables move

@@ -86,8 +86,34 @@ def minibatch_plan(n: int, minibatch_size: int, epochs: int, generator: Any) -> 
     return plan
 
 
+class _LogProbGap:
+    """The running mean and max of |sampler - update| log-prob over response tokens."""
+
+    def __init__(self) -> None:
+        self.total, self.count, self.largest = 0.0, 0, 0.0
+
+    def take(self, batch: TokenBatch, fresh: Any) -> None:
+        """Counts ``fresh`` (B, L - 1) against the batch's sampler log-probs, then makes
+        them the batch's ``old_log_probs``."""
+        gap = (fresh - batch.old_log_probs).abs()[batch.response_mask.bool()]
+        if gap.numel():
+            self.total, self.count = self.total + float(gap.sum()), self.count + gap.numel()
+            self.largest = max(self.largest, float(gap.max()))
+        batch.old_log_probs = fresh * batch.response_mask
+
+    def stats(self) -> dict[str, float]:
+        return {
+            "rollout_logp_gap": self.total / max(self.count, 1),
+            "rollout_logp_gap_max": self.largest,
+        }
+
+
 def recompute_old_log_probs(
-    model: Any, batches: list[TokenBatch], temperature: float, compute_dtype: str
+    model: Any,
+    batches: list[TokenBatch],
+    temperature: float,
+    compute_dtype: str,
+    gap: _LogProbGap | None = None,
 ) -> dict[str, float]:
     """Replaces each batch's ``old_log_probs`` by the model's own, computed now (no gradient,
     in ``compute_dtype``) on that very batch; returns how far the sampler's were from them.
@@ -98,11 +124,12 @@ def recompute_old_log_probs(
 
     Returns:
         ``rollout_logp_gap`` and ``rollout_logp_gap_max``: the mean and largest
-        |sampler - update| log-prob over the response tokens (nats).
+        |sampler - update| log-prob over the response tokens (nats), counted into ``gap``
+        when given (with what it already holds).
     """
     import torch
 
-    total, count, largest = 0.0, 0, 0.0
+    gap = _LogProbGap() if gap is None else gap
     was_training = model.training
     model.eval()
     # One autocast context for all of them: the weights do not change in between, so each
@@ -110,14 +137,9 @@ def recompute_old_log_probs(
     with torch.no_grad(), compute(compute_dtype, model.device.type):
         fresh_all = [token_log_probs(model, batch, temperature) for batch in batches]
     for batch, fresh in zip(batches, fresh_all, strict=True):
-        mask = batch.response_mask.bool()
-        gap = (fresh - batch.old_log_probs).abs()[mask]
-        if gap.numel():
-            total, count = total + float(gap.sum()), count + gap.numel()
-            largest = max(largest, float(gap.max()))
-        batch.old_log_probs = fresh * batch.response_mask
+        gap.take(batch, fresh)
     model.train(was_training)
-    return {"rollout_logp_gap": total / max(count, 1), "rollout_logp_gap_max": largest}
+    return gap.stats()
 
 
 def policy_update(
@@ -145,8 +167,9 @@ def policy_update(
     dtype of each minibatch's forward passes, each in its own autocast context, so that no
     forward reads a bfloat16 copy of a weight cast before the last optimizer step (autocast
     caches its casts until its context exits). Under ``bfloat16`` the ratio's old log-probs
-    are first recomputed by the update's own forward pass on each minibatch
-    (:func:`recompute_old_log_probs`) instead of taken from the sampler.
+    are the update's own forward pass on each minibatch instead of the sampler's: recomputed
+    before the first step (:func:`recompute_old_log_probs`), except the first minibatch's,
+    which its own step's forward pass gives (the policy has not moved yet).
 
     With ``critic_targets`` (``algo.estimator: ppo``) the policy reads their per-token
     advantages, and the critic takes one step on the clipped value loss after each policy
@@ -168,16 +191,18 @@ def policy_update(
                           share_prefix=share_prefix, token_targets=token_targets)  # fmt: skip
 
     # Tensors of a minibatch are kept while it has steps left to run (all of them under
-    # bfloat16, whose old log-probs are recomputed before the first step).
+    # bfloat16, whose old log-probs are recomputed before the first step; the first
+    # step's own forward pass gives its minibatch's, so that one is not run twice).
     kept: dict[int, TokenBatch] = {}
-    gap_stats: dict[str, float] = {}
-    if compute_dtype == "bfloat16":
+    gap: _LogProbGap | None = None
+    if compute_dtype == "bfloat16" and plan:
+        gap = _LogProbGap()
         kept = {id(rows): make(rows) for rows in plan}
-        gap_stats = recompute_old_log_probs(model, list(kept.values()), temperature,
-                                            compute_dtype)  # fmt: skip
+        later = [batch for key, batch in kept.items() if key != id(plan[0])]
+        recompute_old_log_probs(model, later, temperature, compute_dtype, gap)
     sums: dict[str, float] = {}
     model.train()
-    for rows in plan:
+    for step, rows in enumerate(plan):
         key = id(rows)
         batch = kept[key] if key in kept else make(rows)
         uses[key] -= 1
@@ -192,6 +217,8 @@ def policy_update(
                     ref_lp = token_log_probs(reference, batch, temperature)
             log_probs, entropy = token_log_probs(model, batch, temperature, with_entropy=True,
                                                  entropy_grad=algo.entropy_coef > 0)  # fmt: skip
+            if gap is not None and step == 0:
+                gap.take(batch, log_probs.detach())
             loss, stats = policy_loss(log_probs, batch, ref_lp, algo, entropy)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -205,7 +232,8 @@ def policy_update(
         for key, value in stats.items():
             sums[key] = sums.get(key, 0.0) + value
     model.eval()
-    return {key: value / max(len(plan), 1) for key, value in sums.items()} | gap_stats
+    means = {key: value / max(len(plan), 1) for key, value in sums.items()}
+    return means | (gap.stats() if gap is not None else {})
 
 
 def check_finite(model: Any, critic: Any, iteration: int) -> None:
