@@ -148,13 +148,13 @@ def update_gflops(model_path: Path, compute_dtype: str, rows: int, length: int,
     from training.local.batch import make_batch, token_log_probs
     from training.local.model import load_model
     from training.local.policy import policy_loss
-    from training.local.precision import compute, prepare_heads
+    from training.local.precision import compute, prepare_models
     from training.local.schema import AlgoConfig
     from training.records import StepRecords
 
     model = load_model(model_path, "float32")
     model.get_input_embeddings().requires_grad_(False)
-    prepare_heads(compute_dtype, "cpu", model)
+    prepare_models(compute_dtype, "cpu", model)
     model.train()
     generator = torch.Generator().manual_seed(0)
     records = StepRecords()

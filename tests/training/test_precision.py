@@ -12,11 +12,17 @@ import pytest
 import torch
 
 from training.local.config import ConfigError, load_config
-from training.local.precision import compute, native_bf16, prepare_heads, resolve_compute_dtype
+from training.local.precision import (
+    compute,
+    native_bf16,
+    prepare_heads,
+    prepare_models,
+    resolve_compute_dtype,
+)
 from training.local.threads import ThreadGovernor, usable_cores
 
 #: Token log-probs of SmolLM2 under bfloat16 autocast (float32 head) stay this close to
-#: float32's (nats); measured: 0.068 and 0.013.
+#: float32's (nats); measured: 0.095 and 0.014.
 MAX_ABS_DIFF, MEAN_ABS_DIFF = 0.2, 0.04
 
 
@@ -80,7 +86,7 @@ def test_smollm2_log_probs_under_bf16_stay_within_the_bound():
     batch = make_batch(records, np.arange(8), np.zeros(8), tokenizer.pad_token_id)
     with torch.no_grad():
         exact = token_log_probs(model, batch)
-        prepare_heads("bfloat16", "cpu", model)  # as the trainer does
+        prepare_models("bfloat16", "cpu", model)  # as the trainer does
         with compute("bfloat16", "cpu"):
             mixed = token_log_probs(model, batch)
     assert mixed.dtype == torch.float32  # the log-softmax reads float32 logits
@@ -126,12 +132,11 @@ def _numberline_records(model_dir, compute_dtype: str, groups: int = 3):
     """Step records of ``groups`` x 3 NumberLine episodes sampled by a model in
     ``compute_dtype``, and its tokenizer."""
     from training.local.model import load_model, load_tokenizer
-    from training.local.precision import prepare_heads
     from training.local.rollout import collect, make_envs
 
     tok = load_tokenizer(model_dir)
     model = load_model(model_dir, "float32")
-    prepare_heads(compute_dtype, "cpu", model)
+    prepare_models(compute_dtype, "cpu", model)
     envs = make_envs("gigpo/NumberLine-v0", groups, 3, 1, None, {"max_position": 3, "max_steps": 3})
     torch.manual_seed(0)
     with compute(compute_dtype, "cpu"):
@@ -149,7 +154,6 @@ def test_a_bf16_update_of_an_unmoved_policy_has_a_ratio_of_exactly_one(which, ti
     recomputed on other batches, its ratios would not be 1.)"""
     from training.local.model import load_model
     from training.local.policy import policy_update
-    from training.local.precision import prepare_heads
     from training.local.schema import AlgoConfig
     from training.smollm2 import smollm2_path
 
@@ -158,7 +162,7 @@ def test_a_bf16_update_of_an_unmoved_policy_has_a_ratio_of_exactly_one(which, ti
     pairs = zip(records.prompt_ids, records.response_ids, strict=True)
     assert len({len(p) + len(r) for p, r in pairs}) > 1  # minibatches of several widths
     model = load_model(model_dir, "float32")
-    prepare_heads("bfloat16", "cpu", model)
+    prepare_models("bfloat16", "cpu", model)
     stats = policy_update(
         model, None, torch.optim.SGD(model.parameters(), lr=0.0), records,
         np.linspace(-1.0, 1.0, len(records)), AlgoConfig(minibatch_size=4, policy_epochs=2),
@@ -166,9 +170,11 @@ def test_a_bf16_update_of_an_unmoved_policy_has_a_ratio_of_exactly_one(which, ti
         generator=np.random.default_rng(0), share_prefix=True, compute_dtype="bfloat16",
     )  # fmt: skip
     assert stats["clip_frac"] == 0.0 and stats["ratio_max"] == 1.0
-    # the sampler (KV cache, left padding) rounded otherwise: without the recomputation
-    # the ratio would not have been 1
-    assert stats["rollout_logp_gap_max"] > 0.0
+    if which == "smollm2":
+        # the sampler (KV cache, left padding) rounded otherwise: without the recomputation
+        # the ratio would not have been 1 (the tiny model's 32-wide products round alike
+        # on both paths)
+        assert stats["rollout_logp_gap_max"] > 0.0
 
 
 def test_minibatch_plan_keeps_each_minibatch_across_epochs():
@@ -189,7 +195,6 @@ def test_minibatch_plan_keeps_each_minibatch_across_epochs():
 
 def test_prepared_heads_project_in_float32_and_keep_the_weights(tiny_model_dir):
     from training.local.model import load_model
-    from training.local.precision import prepare_heads
 
     model = load_model(tiny_model_dir, "float32")
     ids = torch.tensor([[5, 6, 7, 8, 9, 10]])

@@ -116,7 +116,7 @@ def play(
 
     from training.local.allocator import keep_freed_memory
     from training.local.play import play_heldout
-    from training.local.precision import compute, prepare_heads, resolve_compute_dtype
+    from training.local.precision import compute, prepare_models, resolve_compute_dtype
     from training.local.threads import ThreadGovernor
 
     settings.check()
@@ -124,7 +124,7 @@ def play(
         keep_freed_memory()
     ThreadGovernor(config.run.threads).update()
     dtype, _ = resolve_compute_dtype(config.model.compute_dtype, config.model.device)
-    prepare_heads(dtype, config.model.device, model)
+    prepare_models(dtype, config.model.device, model)
     torch.manual_seed(config.run.seed)
     with compute(dtype, config.model.device):
         return play_heldout(

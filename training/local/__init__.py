@@ -9,7 +9,8 @@ is the loop, ``from training.local.train import train``):
 - :mod:`~training.local.model`: loading the policy, reference and critic
   (:mod:`~training.local.tiny_model`: the random test model; :mod:`~training.local.critic`:
   PPO's value model, its GAE targets and its step); :mod:`~training.local.precision`: the
-  compute dtype of every forward pass (bfloat16 autocast where native);
+  compute dtype of every forward pass (bfloat16 autocast where native;
+  :mod:`~training.local.attention`: attention on a CPU under it);
   :mod:`~training.local.threads`: torch's thread count, from the cores left free;
   :mod:`~training.local.allocator`: freed memory kept for reuse (no page faults a step).
 - :mod:`~training.local.tasks`: training and held-out task seeds;

@@ -8,7 +8,9 @@ natively, else float32. Native means: on CPU, the AVX512-BF16 or AMX-BF16 instru
 from the CPU's flags; without them bfloat16 is emulated and slower than float32); on CUDA,
 compute capability 8.0 or more (Ampere on); on MPS, never (float32).
 
-Under bfloat16 two things keep the PPO ratio honest (:func:`prepare_heads`,
+On a CPU under bfloat16, attention runs as plain matrix products where its scores are small
+(:mod:`training.local.attention`; PyTorch's bfloat16 flash kernel is slow there). Two
+things keep the PPO ratio honest (:func:`prepare_heads`,
 :func:`training.local.policy.policy_update`):
 
 - the output projections (the policy's vocabulary head, the critic's value head) run in
@@ -83,6 +85,19 @@ def compute(dtype: str, device: str) -> Iterator[Any]:
     kind = "cuda" if device.startswith("cuda") else "cpu"
     with torch.autocast(device_type=kind, dtype=torch.bfloat16) as context:
         yield context
+
+
+def prepare_models(dtype: str, device: str, *models: Any) -> None:
+    """Readies models for ``dtype`` compute on ``device`` (None models are skipped): their
+    output heads (:func:`prepare_heads`) and, under bfloat16 on a CPU, their attention
+    (:func:`training.local.attention.use_cpu_bf16_attention`)."""
+    prepare_heads(dtype, device, *models)
+    if dtype == "bfloat16" and not device.startswith(("cuda", "mps")):
+        from training.local.attention import use_cpu_bf16_attention
+
+        for model in models:
+            if model is not None:
+                use_cpu_bf16_attention(model)
 
 
 def prepare_heads(dtype: str, device: str, *models: Any) -> None:

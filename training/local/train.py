@@ -28,7 +28,7 @@ from training.local.metrics import MetricsLog, iteration_row, plot_curves, read_
 from training.local.model import learning_rate, load_models, require_train_extra
 from training.local.play import config_envs, evaluate_heldout, play, task_split, train_seeds
 from training.local.policy import check_finite, policy_update
-from training.local.precision import compute, prepare_heads, resolve_compute_dtype
+from training.local.precision import compute, prepare_models, resolve_compute_dtype
 from training.local.resume import check_resume
 from training.local.schema import TrainConfig
 from training.local.tensorboard import ScalarLog
@@ -66,7 +66,7 @@ def train(config: TrainConfig) -> list[dict[str, Any]]:
     generator = np.random.default_rng(config.run.seed)
     models = load_models(config, out)
     model, tokenizer, critic = models.policy, models.tokenizer, models.critic
-    prepare_heads(dtype, config.model.device, model, models.reference, critic)
+    prepare_models(dtype, config.model.device, model, models.reference, critic)
     envs = config_envs(config, config.env.num_groups, config.env.group_size)
     split = task_split(config)
 
