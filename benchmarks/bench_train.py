@@ -168,16 +168,17 @@ def update_gflops(model_path: Path, compute_dtype: str, rows: int, length: int,
     batch = make_batch(records, np.arange(rows), np.linspace(-1, 1, rows), 0)
     algo = AlgoConfig()
     best = float("inf")
-    for _ in range(4):  # the first is a warm-up
+    for attempt in range(4):  # the first is a warm-up
         model.zero_grad(set_to_none=True)
         tick = time.perf_counter()
         with compute(compute_dtype, "cpu"):
             log_probs, entropy = token_log_probs(model, batch, with_entropy=True,
                                                  entropy_grad=False)  # fmt: skip
             batch.old_log_probs = log_probs.detach()
-            loss, _ = policy_loss(log_probs, batch, None, algo, entropy)
+            loss, _stats = policy_loss(log_probs, batch, None, algo, entropy)
         loss.backward()
-        best = min(best, time.perf_counter() - tick) if _ else best
+        if attempt:
+            best = min(best, time.perf_counter() - tick)
     counts = step_flops(model.config, rows, length, response)
     return {
         "seconds": round(best, 4),

@@ -73,6 +73,12 @@ def resolve_compute_dtype(setting: str, device: str) -> tuple[str, str]:
     return ("bfloat16" if native else "float32"), why
 
 
+def _autocast_kind(device: str) -> str:
+    """``torch.autocast``'s device type for ``device``: ``cuda`` for any CUDA device, else
+    ``cpu``."""
+    return "cuda" if device.startswith("cuda") else "cpu"
+
+
 @contextlib.contextmanager
 def compute(dtype: str, device: str) -> Iterator[Any]:
     """The context every forward pass runs in: ``torch.autocast`` to bfloat16 for
@@ -82,8 +88,7 @@ def compute(dtype: str, device: str) -> Iterator[Any]:
         return
     import torch
 
-    kind = "cuda" if device.startswith("cuda") else "cpu"
-    with torch.autocast(device_type=kind, dtype=torch.bfloat16) as context:
+    with torch.autocast(device_type=_autocast_kind(device), dtype=torch.bfloat16) as context:
         yield context
 
 
@@ -112,7 +117,7 @@ def prepare_heads(dtype: str, device: str, *models: Any) -> None:
     matrix. Only the head's ``forward`` changes (per instance): the weights, their names in
     the state dict and the optimizer's view of them stay as they are.
     """
-    kind = "cuda" if device.startswith("cuda") else "cpu"
+    kind = _autocast_kind(device)
     for model in models:
         if model is None:
             continue
