@@ -8,8 +8,8 @@ Modules:
 - :mod:`gigpo_algo.grouping`: anchor-state grouping (exact and similarity);
 - :mod:`gigpo_algo.tokens`: per-step values onto response tokens;
 - :mod:`gigpo_algo.baselines`: also ``turn_gae``, multi-turn PPO's GAE over step records;
-- :mod:`gigpo_algo.losses`: PPO clipped loss, the critic's clipped value loss, KL
-  estimators, entropy, loss aggregation.
+- :mod:`gigpo_algo.losses`: PPO clipped loss, GSPO's sequence-level loss, the critic's
+  clipped value loss, KL estimators, entropy, loss aggregation.
 
 Arrays in, arrays out, no state (docs/design.md, contract 3); the argument names are the
 project's vocabulary (docs/algorithm.md).
@@ -23,6 +23,7 @@ from gigpo_algo.advantages import (
     episode_advantages,
     episode_level,
     filter_uniform_groups,
+    filter_zero_advantage_groups,
     gae,
     gigpo_advantages,
     grpo,
@@ -41,6 +42,7 @@ from gigpo_algo.estimators import (
 from gigpo_algo.losses import (
     aggregate_loss,
     entropy_from_logits,
+    gspo_loss,
     kl_penalty,
     ppo_clip_loss,
     value_loss,
@@ -61,10 +63,12 @@ __all__ = [
     "episode_level",
     "estimator_advantages",
     "filter_uniform_groups",
+    "filter_zero_advantage_groups",
     "gae",
     "gigpo_advantages",
     "grpo",
     "grpo_advantages",
+    "gspo_loss",
     "kl_penalty",
     "ppo_clip_loss",
     "reinforce_pp_baseline",

@@ -33,6 +33,7 @@ from gigpo_algo._grouped import combine_codes, normalize_in_groups
 from gigpo_algo.baselines import (
     dr_grpo,
     filter_uniform_groups,
+    filter_zero_advantage_groups,
     gae,
     grpo,
     reinforce_pp_baseline,
@@ -49,6 +50,7 @@ __all__ = [
     "episode_advantages",
     "episode_level",
     "filter_uniform_groups",
+    "filter_zero_advantage_groups",
     "gae",
     "gigpo_advantages",
     "grpo",

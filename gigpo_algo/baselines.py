@@ -117,6 +117,42 @@ def filter_uniform_groups(scores: Any, group_ids: Any, *, atol: float = 0.0) -> 
     return (hi - lo > atol)[codes]
 
 
+def filter_zero_advantage_groups(
+    advantages: Any, group_ids: Any, *, atol: float = 1e-9
+) -> np.ndarray:
+    """Dynamic sampling for any estimator: keep only groups where some row has a nonzero
+    advantage (``|A| > atol``).
+
+    :func:`filter_uniform_groups` reads the episode scores, which is right for GRPO-style
+    estimators: equal scores give zero advantage everywhere. Under GiGPO a group whose
+    episodes all score the same may still hold a step-level signal (two actions from one
+    anchor state with different discounted returns: step rewards, invalid-action
+    penalties), so the useless group is the one whose advantages are all zero at both
+    levels. Pass each row's episode-level and step-level parts stacked as columns, shape
+    (N, 2) (or any (N, C)), to require every part to be zero, or the trained advantage
+    (N,).
+
+    Args:
+        advantages: float, shape (N,) or (N, C): per row (a turn), its advantage(s).
+        group_ids: shape (N,): the episode group of each row.
+        atol: values within ``atol`` of 0 count as zero.
+
+    Returns:
+        bool numpy array, shape (N,): True for the rows of the groups to keep.
+    """
+    a, _ = to_float_array(advantages, "advantages", ndim=None)
+    if a.ndim == 1:
+        a = a[:, None]
+    if a.ndim != 2:
+        raise ValueError(f"advantages must have shape (N,) or (N, C), got {a.shape}")
+    codes, k = to_ids(group_ids, "group_ids", len(a))
+    if not (np.isfinite(atol) and atol >= 0):
+        raise ValueError(f"atol must be a finite number >= 0, got {atol!r}")
+    signal = np.zeros(k, dtype=bool)
+    np.logical_or.at(signal, codes, (np.abs(a) > atol).any(axis=1))
+    return signal[codes]
+
+
 def gae(
     rewards: Any,
     values: Any,

@@ -1,5 +1,5 @@
-"""Policy-gradient losses: the PPO clipped surrogate, the critic's clipped value loss, KL
-estimators, entropy, and aggregation.
+"""Policy-gradient losses: the PPO clipped surrogate, GSPO's sequence-level surrogate, the
+critic's clipped value loss, KL estimators, entropy, and aggregation.
 
 Each function works on per-token arrays of shape (B, T) (B sequences, T response tokens) and
 accepts numpy arrays, lists or torch tensors (see :mod:`gigpo_algo._arrays`). With a tensor,
@@ -14,6 +14,9 @@ from typing import Any
 from gigpo_algo._arrays import to_native
 
 KL_ESTIMATORS = ("k1", "k2", "k3")
+#: The policy losses: PPO's per-token ratio (:func:`ppo_clip_loss`) or GSPO's per-sequence
+#: ratio (:func:`gspo_loss`).
+POLICY_LOSSES = ("ppo", "gspo")
 AGGREGATIONS = (
     "token-mean",
     "seq-mean-token-sum",
@@ -69,14 +72,81 @@ def ppo_clip_loss(
         log_probs=log_probs, old_log_probs=old_log_probs, advantages=advantages
     )
     _same_shapes(log_probs=lp, old_log_probs=old, advantages=adv)
+    _check_clip(clip_low, clip_high, dual_clip)
+    xp = kind.xp
+    ratio = xp.exp(xp.clip(lp - old, -MAX_LOG_RATIO, MAX_LOG_RATIO))
+    return _clipped_surrogate(xp, ratio, adv, clip_low, clip_high, dual_clip)
+
+
+def gspo_loss(
+    log_probs: Any,
+    old_log_probs: Any,
+    advantages: Any,
+    response_mask: Any,
+    *,
+    clip_low: float = 0.2,
+    clip_high: float = 0.2,
+    dual_clip: float | None = None,
+) -> Any:
+    """Per-token GSPO surrogate loss (Zheng et al. 2025, Group Sequence Policy Optimization):
+    PPO's clipped objective with one importance ratio per sequence.
+
+    ``s_i = exp(mean_t (log_probs - old_log_probs))`` over the response tokens of sequence
+    i (the geometric mean of its token ratios; gradients flow through every token's
+    log-prob); every response token of i gets ``s_i`` as its ratio, and
+    ``loss = max(-A * s, -A * clip(s, 1 - clip_low, 1 + clip_high))`` per token, with the
+    same ``dual_clip`` as :func:`ppo_clip_loss`. Reduce it per sequence
+    (``aggregate_loss(..., mode="seq-mean-token-mean")``, GSPO's objective and OpenRLHF's
+    ``policy_loss_type="gspo"``). The paper's clip range is far narrower than PPO's
+    (3e-4 / 4e-4), since a sequence ratio moves less than a token's.
+
+    With a different advantage on different tokens of one sequence (GiGPO's turns in one
+    episode-long sample), the unclipped gradient of sequence i is
+    ``-s_i * mean_t(A_t) * mean_t grad log pi_t``: every token is pushed by the sequence's
+    mean advantage, so the turns of one sample no longer get their own credit. One sample
+    per env step (a step's tokens share one advantage) keeps it.
+
+    Args:
+        log_probs: float, shape (B, T): log pi_theta of the response tokens.
+        old_log_probs: float, shape (B, T): log-probs under the rollout policy.
+        advantages: float, shape (B, T): per-token advantages.
+        response_mask: shape (B, T), 1 for response tokens; a sequence without any gets
+            ratio 1 and is left out by the aggregation.
+        clip_low, clip_high: clip range, each >= 0, ``clip_low < 1``.
+        dual_clip: None, or c > 1.
+
+    Returns:
+        Per-token loss, shape (B, T) (padding and env tokens hold values the mask removes).
+    """
+    kind, (lp, old, adv, mask) = to_native(
+        log_probs=log_probs,
+        old_log_probs=old_log_probs,
+        advantages=advantages,
+        response_mask=response_mask,
+    )
+    _same_shapes(log_probs=lp, old_log_probs=old, advantages=adv, response_mask=mask)
+    _check_clip(clip_low, clip_high, dual_clip)
+    xp = kind.xp
+    mask = mask * 1.0
+    tokens = xp.maximum(xp.sum(mask, axis=1), kind.asarray(1.0))
+    seq_log_ratio = xp.sum((lp - old) * mask, axis=1) / tokens
+    ratio = xp.exp(xp.clip(seq_log_ratio, -MAX_LOG_RATIO, MAX_LOG_RATIO))[:, None] * mask
+    return _clipped_surrogate(xp, ratio, adv, clip_low, clip_high, dual_clip)
+
+
+def _check_clip(clip_low: float, clip_high: float, dual_clip: float | None) -> None:
     if not (clip_low >= 0 and clip_high >= 0):
         raise ValueError(f"clip_low and clip_high must be >= 0, got {clip_low}, {clip_high}")
     if clip_low >= 1:
         raise ValueError(f"clip_low must be < 1, got {clip_low}")
     if dual_clip is not None and not dual_clip > 1:
         raise ValueError(f"dual_clip must be > 1 or None, got {dual_clip!r}")
-    xp = kind.xp
-    ratio = xp.exp(xp.clip(lp - old, -MAX_LOG_RATIO, MAX_LOG_RATIO))
+
+
+def _clipped_surrogate(
+    xp: Any, ratio: Any, adv: Any, clip_low: float, clip_high: float, dual_clip: float | None
+) -> Any:
+    """``max(-A r, -A clip(r))``, and the dual clip's bound on negative advantages."""
     unclipped = -adv * ratio
     clipped = -adv * xp.clip(ratio, 1.0 - clip_low, 1.0 + clip_high)
     loss = xp.maximum(unclipped, clipped)

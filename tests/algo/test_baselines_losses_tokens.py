@@ -12,8 +12,10 @@ from gigpo_algo import (
     dr_grpo,
     entropy_from_logits,
     filter_uniform_groups,
+    filter_zero_advantage_groups,
     gae,
     grpo,
+    gspo_loss,
     kl_penalty,
     ppo_clip_loss,
     reinforce_pp_baseline,
@@ -170,3 +172,63 @@ def test_broadcast_and_turn_spans():
     assert t.dtype == torch.bfloat16
     np.testing.assert_allclose(t.float().numpy(), [[1, 2, 2, 0]])
     assert turns_to_tokens([], np.zeros((0, 3), int), (2, 3)).shape == (2, 3)
+
+
+def test_gspo_loss_by_hand_one_ratio_per_sequence():
+    # row 0: token log-ratios log(2), 0 over 2 response tokens (a padded third): s = sqrt(2);
+    # row 1: one response token of ratio 0.5 and an env token with a huge ratio, masked out
+    lp = np.array([[math.log(2.0), 0.0, 9.0], [9.0, math.log(0.5), 0.0]])
+    old = np.zeros_like(lp)
+    adv = np.array([[1.0, -1.0, 0.0], [0.0, 1.0, 0.0]])
+    mask = np.array([[1, 1, 0], [0, 1, 0]])
+    loss = gspo_loss(lp, old, adv, mask, clip_low=0.2, clip_high=0.2)
+    s = math.sqrt(2.0)
+    # row 0: A=+1: max(-s, -1.2) = -1.2; A=-1: max(s, 1.2) = s. row 1: max(-0.5, -0.8) = -0.5
+    np.testing.assert_allclose(loss[0, :2], [-1.2, s])
+    np.testing.assert_allclose(loss[1, 1], -0.5)
+    seq = aggregate_loss(loss, mask, mode="seq-mean-token-mean")
+    np.testing.assert_allclose(seq, ((-1.2 + s) / 2 - 0.5) / 2)
+    # a token's own ratio does not matter, only the sequence's mean log-ratio: swapping the
+    # two tokens' log-probs changes PPO's loss but not GSPO's
+    swapped = lp[:, [1, 0, 2]]
+    ppo = ppo_clip_loss(lp, old, adv) * mask
+    assert not np.allclose((ppo_clip_loss(swapped, old, adv) * mask)[0], ppo[0])
+    np.testing.assert_allclose(
+        gspo_loss(swapped, old, adv, mask)[0, :2], gspo_loss(lp, old, adv, mask)[0, :2]
+    )
+
+
+def test_gspo_gradient_pushes_every_token_by_the_sequence_mean_advantage():
+    lp = torch.zeros(1, 3, requires_grad=True)
+    adv = torch.tensor([[3.0, -1.0, 1.0]])  # three turns' advantages in one sample
+    mask = torch.ones(1, 3)
+    per_token = gspo_loss(lp, torch.zeros(1, 3), adv, mask)
+    loss = aggregate_loss(per_token, mask, mode="seq-mean-token-mean")
+    loss.backward()
+    # d/dlp_t of -mean_u(A_u) * exp(mean(lp)) at 0: -mean(A) / 3 for every token alike
+    np.testing.assert_allclose(lp.grad.numpy(), np.full((1, 3), -1.0 / 3), rtol=1e-6)
+    with pytest.raises(ValueError, match="response_mask has shape"):
+        gspo_loss(lp, lp, adv, torch.ones(1, 2))
+    with pytest.raises(ValueError, match="clip_low must be < 1"):
+        gspo_loss(lp, lp, adv, mask, clip_low=1.0)
+
+
+def test_zero_advantage_filter_keeps_a_group_with_only_a_step_signal():
+    groups = ["a", "a", "a", "b", "b", "c"]
+    episode = [0.0, 0.0, 0.0, 0.5, -0.5, 0.0]
+    step = [0.3, -0.3, 0.0, 0.0, 0.0, 0.0]  # group a: equal episode scores, a step signal
+    keep = filter_zero_advantage_groups(np.column_stack([episode, step]), groups)
+    np.testing.assert_array_equal(keep, [True, True, True, True, True, False])
+    # the episode scores alone (DAPO's rule) would drop group a
+    scores = [1.0, 1.0, 1.0, 2.0, 1.0, 0.0]
+    np.testing.assert_array_equal(
+        filter_uniform_groups(scores, groups), [False, False, False, True, True, False]
+    )
+    np.testing.assert_array_equal(
+        filter_zero_advantage_groups([1e-12, 0.0, 2e-3], [0, 0, 1], atol=1e-9),
+        [False, False, True],
+    )
+    with pytest.raises(ValueError, match="NaN"):
+        filter_zero_advantage_groups([float("nan")], [0])
+    with pytest.raises(ValueError, match="atol"):
+        filter_zero_advantage_groups([1.0], [0], atol=-1.0)

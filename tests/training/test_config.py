@@ -77,6 +77,8 @@ def test_yaml_then_overrides(tmp_path):
         # Every value the "training you can trust" issue found accepted, and a few more.
         ("", ["--algo.norm=foo"], r"algo.norm must be one of \('mean', 'mean_std', 'loo'\)"),
         ("", ["--algo.loss_agg=bar"], "algo.loss_agg must be one of"),
+        ("", ["--algo.policy_loss=grpo"], r"algo.policy_loss must be one of \('ppo', 'gspo'\)"),
+        ("", ["--algo.policy_loss=gspo"], "algo.policy_loss=gspo with algo.loss_agg='token-mean'"),
         ("", ["--algo.similarity=1.5"], r"algo.similarity must be in \(0, 1\)"),
         ("", ["--algo.similarity=0"], r"algo.similarity must be in \(0, 1\)"),
         ("", ["--algo.clip_low=2"], r"algo.clip_low must be in \[0, 1\)"),

@@ -49,3 +49,38 @@ def test_entropy_bonus_raises_the_entropy_and_is_logged(tiny_model_dir):
         results[coef] = _mean_entropy(model, records, tok.pad_token_id) - before
     assert results[0.0] == 0.0  # zero advantages, no bonus: nothing moves
     assert results[0.5] > 1e-3
+
+
+def test_gspo_update_equals_ppo_at_ratio_one_and_departs_after(tiny_model_dir):
+    """With one advantage per sequence (each step record is its own row) and the policy at
+    its rollout policy, GSPO's gradient is PPO's under per-sequence aggregation: the first
+    step moves the weights the same; once the policy has moved, the two differ."""
+    tok = load_tokenizer(tiny_model_dir)
+    envs = make_envs("gigpo/NumberLine-v0", 2, 3, 0, None, {"max_position": 3, "max_steps": 2})
+    model = load_model(tiny_model_dir, "float32")
+    torch.manual_seed(0)
+    records = collect(model, tok, envs, seed=1, max_new_tokens=6, temperature=1.0).records
+    envs.close()
+    advantages = np.linspace(-1.0, 1.0, len(records))
+    weights = {}
+    for loss, epochs in (("ppo", 1), ("gspo", 1), ("ppo", 3), ("gspo", 3)):
+        model = load_model(tiny_model_dir, "float32")
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+        algo = AlgoConfig(
+            policy_loss=loss,
+            loss_agg="seq-mean-token-mean",
+            minibatch_size=len(records),
+            policy_epochs=epochs,
+            clip_low=0.9,
+            clip_high=10.0,
+        )
+        stats = policy_update(model, None, optimizer, records, advantages, algo,
+                              pad_id=tok.pad_token_id, temperature=1.0, max_grad_norm=100.0,
+                              generator=np.random.default_rng(0))  # fmt: skip
+        assert np.isfinite(stats["clip_frac"])
+        weights[loss, epochs] = torch.cat([p.detach().flatten() for p in model.parameters()])
+    start_model = load_model(tiny_model_dir, "float32")
+    start = torch.cat([p.detach().flatten() for p in start_model.parameters()])
+    assert (weights["gspo", 1] - start).abs().max() > 1e-4  # it moved
+    torch.testing.assert_close(weights["gspo", 1], weights["ppo", 1], atol=1e-6, rtol=1e-5)
+    assert (weights["gspo", 3] - weights["ppo", 3]).abs().max() > 1e-4

@@ -48,7 +48,7 @@ def _check_tensorboard(config: TrainConfig) -> None:
 
 
 def _check_algo(config: TrainConfig) -> None:
-    from gigpo_algo.losses import AGGREGATIONS, KL_ESTIMATORS
+    from gigpo_algo.losses import AGGREGATIONS, KL_ESTIMATORS, POLICY_LOSSES
 
     a, e = config.algo, config.env
     # Settings outside the algo section that this estimator reads (field metadata).
@@ -71,9 +71,16 @@ def _check_algo(config: TrainConfig) -> None:
     for name, value, allowed in (
         ("algo.kl_estimator", a.kl_estimator, KL_ESTIMATORS),
         ("algo.loss_agg", a.loss_agg, AGGREGATIONS),
+        ("algo.policy_loss", a.policy_loss, POLICY_LOSSES),
     ):
         if value not in allowed:
             raise ConfigError(f"{name} must be one of {tuple(allowed)}, got {show(value)}")
+    if a.policy_loss == "gspo" and a.loss_agg != "seq-mean-token-mean":
+        raise ConfigError(
+            f"algo.policy_loss=gspo with algo.loss_agg={show(a.loss_agg)}: GSPO's objective is "
+            "a mean over sequences of one ratio each (as OpenRLHF's gspo); set "
+            "algo.loss_agg: seq-mean-token-mean"
+        )
     if not 0.0 <= a.clip_low < 1.0:
         raise ConfigError(f"algo.clip_low must be in [0, 1), got {a.clip_low}")
     for name in ("clip_high", "kl_coef", "entropy_coef"):

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from gigpo_algo.losses import aggregate_loss, kl_penalty, ppo_clip_loss
+from gigpo_algo.losses import aggregate_loss, gspo_loss, kl_penalty, ppo_clip_loss
 from gigpo_algo.tokens import broadcast_to_tokens
 from training.local.batch import TokenBatch, make_batch, token_log_probs
 from training.local.critic import PPOTargets, critic_step
@@ -43,15 +43,25 @@ def policy_loss(
     token_adv = batch.targets.get("advantages")
     if token_adv is None:
         token_adv = broadcast_to_tokens(batch.advantages, batch.response_mask)
-    per_token = ppo_clip_loss(
-        log_probs,
-        batch.old_log_probs,
-        token_adv,
-        clip_low=algo.clip_low,
-        clip_high=algo.clip_high,
-    )
-    stats: dict[str, float] = {}
     mask = batch.response_mask
+    if algo.policy_loss == "gspo":
+        per_token = gspo_loss(
+            log_probs,
+            batch.old_log_probs,
+            token_adv,
+            mask,
+            clip_low=algo.clip_low,
+            clip_high=algo.clip_high,
+        )
+    else:
+        per_token = ppo_clip_loss(
+            log_probs,
+            batch.old_log_probs,
+            token_adv,
+            clip_low=algo.clip_low,
+            clip_high=algo.clip_high,
+        )
+    stats: dict[str, float] = {}
     if ref_log_probs is not None and algo.kl_coef > 0:
         kl = kl_penalty(log_probs, ref_log_probs, estimator=algo.kl_estimator)
         per_token = per_token + algo.kl_coef * kl
@@ -63,7 +73,11 @@ def policy_loss(
         if algo.entropy_coef > 0:
             loss = loss - algo.entropy_coef * mean_entropy
     with torch.no_grad():
-        ratio = torch.exp(log_probs - batch.old_log_probs)
+        log_ratio = log_probs - batch.old_log_probs
+        if algo.policy_loss == "gspo":  # one ratio per sequence, on its response tokens
+            tokens = mask.sum(dim=1, keepdim=True).clamp(min=1)
+            log_ratio = (log_ratio * mask).sum(dim=1, keepdim=True) / tokens * mask
+        ratio = torch.exp(log_ratio)
         clipped = ((ratio < 1 - algo.clip_low) | (ratio > 1 + algo.clip_high)).float()
         stats["clip_frac"] = float(aggregate_loss(clipped, mask))
         stats["ratio_max"] = float((ratio * mask).max()) if mask.any() else 1.0

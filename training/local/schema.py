@@ -134,6 +134,12 @@ class AlgoConfig(EstimatorSettings):
     """Weight of the entropy bonus (token-mean entropy of the policy at response tokens,
     subtracted from the loss): keeps a small policy exploring. The entropy is logged always."""
     loss_agg: str = "token-mean"
+    policy_loss: str = "ppo"
+    """``ppo``: PPO's clipped surrogate with one ratio per token (``ppo_clip_loss``);
+    ``gspo``: GSPO's, with one ratio per step record's response, the geometric mean of its
+    tokens' (``gspo_loss``; needs ``loss_agg: seq-mean-token-mean``; its paper clips at
+    ``clip_low: 3e-4``, ``clip_high: 4e-4``). Each step record is its own sequence here, so
+    each keeps its own advantage (docs/training.md#gspo)."""
     policy_epochs: int = 1
     """Passes of the policy update over the iteration's step records (other projects'
     ``ppo_epochs``; this project's old key ``algo.ppo_epochs`` is read as this one)."""
