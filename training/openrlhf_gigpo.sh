@@ -9,7 +9,9 @@
 # (gigpo, grpo, rloo: gigpo_algo's), --algo.gigpo.step_weight, --algo.gigpo.gamma,
 # --algo.gigpo.norm, --algo.gigpo.similarity, ... (gigpo_algo's names; see
 # training/openrlhf/command.py). A flag given here overrides the default below.
-# --dry-run prints the fully resolved command and starts nothing.
+# --dry-run prints the fully resolved command and starts nothing. Every flag is checked
+# before Ray starts; OpenRLHF's modes (async training, dynamic filtering, GSPO, packing, ...)
+# and what each does with GiGPO: docs/training.md#openrlhf-modes.
 #
 # Needs: pip install -e ".[openrlhf]" (openrlhf==0.11.2, with vllm) on every node.
 # Ray: joins $RAY_ADDRESS when set, else starts a local head node if none is running.

@@ -113,3 +113,49 @@ def test_turn_records_round_trip_and_reject_damage():
         SampleTurns.from_dict(dict(ep.to_dict(), rewards=[1.0, float("nan")]))
     with pytest.raises(ValueError, match="must be a dict"):
         SampleTurns.from_dict([1, 2])
+
+
+def test_advantages_follow_the_rollout_order_whatever_order_the_batch_is_in():
+    # Under the step layout each step is a sample; OpenRLHF's dynamic batches regroup the
+    # samples by length, so an episode's steps reach the estimator out of order. The
+    # experiences' rollout index puts them back: the discounted returns need the order.
+    from types import SimpleNamespace
+
+    from training.advantages import critic_free_advantages, step_groups
+    from training.openrlhf.estimator import batch_steps
+    from training.openrlhf.order import in_rollout_order, rollout_order
+
+    def step(traj, reward, anchor):
+        return SampleTurns(group="task", traj=traj, rewards=[reward], anchors=[anchor],
+                           anchor_texts=[None], is_action_valid=[True],
+                           action_ranges=[(4, 6)], sequence_length=6, max_len=64)  # fmt: skip
+
+    def returns(rows):
+        steps = batch_steps([rows])
+        return critic_free_advantages(steps, settings, step_groups(steps, settings)).returns
+
+    steps = [step("a", 0.0, "s0"), step("a", 0.0, "s1"), step("a", 1.0, "s2"),
+             step("b", 0.0, "s0"), step("b", 0.5, "s3")]  # fmt: skip
+    settings = GiGPOSettings(gamma=0.9)
+    shuffled_at = [4, 2, 0, 3, 1]  # rollout positions of the shuffled rows
+    shuffled = [steps[i] for i in shuffled_at]
+    experiences = [SimpleNamespace(index=shuffled_at[:2]), SimpleNamespace(index=shuffled_at[2:])]
+    batch = [shuffled[:2], shuffled[2:]]
+    rows, back = in_rollout_order(batch, rollout_order(experiences, batch))
+    assert rows == steps
+    np.testing.assert_allclose(returns(rows)[back], returns(steps)[shuffled_at])
+    # taken as they are, the shuffled steps give other (wrong) returns
+    assert not np.allclose(returns(shuffled), returns(steps)[shuffled_at])
+    # no usable index: the rows are taken as they are
+    assert rollout_order([SimpleNamespace(index=None), SimpleNamespace()], batch) is None
+    assert rollout_order([SimpleNamespace(index=[0, 0]), SimpleNamespace(index=[1, 2, 3])],
+                         batch) is None  # fmt: skip
+    assert in_rollout_order(batch, None)[0] == shuffled
+    # and without an index an episode spanning several samples is an error, not a guess
+    from training.openrlhf.order import require_one_row_per_episode
+
+    with pytest.raises(ValueError, match="spans several samples but the experiences carry no"):
+        require_one_row_per_episode(batch)
+    require_one_row_per_episode([[steps[0], steps[3]]])  # one row each: in order as it is
+    with pytest.raises(ValueError, match="permutation"):
+        in_rollout_order(batch, [0, 0, 1, 2, 3])

@@ -64,6 +64,7 @@ def test_setup_worker_hook_runs_in_a_fresh_process():
             "openrlhf.trainer.ppo_utils.experience_maker",
             "openrlhf.trainer.ppo_trainer",
             "openrlhf.trainer.ray.ppo_actor",
+            "openrlhf.trainer.ppo_utils.replay_buffer",
         }
         import openrlhf.utils.agent  # other openrlhf modules import as before
         print("ok")
@@ -200,3 +201,20 @@ def test_wrapped_estimator_defers_to_openrlhf_unless_gigpo_is_on(monkeypatch):
     assert calls == ["openrlhf"]
     assert np.allclose(experience.advantages.numpy(), 0.0)  # a lone rollout: advantage 0
     assert "group_reward_std" not in experience.info  # a group of one has no std
+
+
+def test_a_micro_batch_of_fillers_only_reports_finite_metrics_and_a_nonzero_weight():
+    status = {
+        "metrics": {"policy_loss": torch.tensor(float("nan")), "reward": torch.tensor([0.5])},
+        "weights": {"policy_loss": "token", "reward": "sample"},
+        "num_samples": 2.0,
+        "num_action_tokens": 0.0,
+    }
+    fixed = patch.fix_filler_status(status)
+    assert fixed["metrics"]["policy_loss"].item() == 0.0
+    assert fixed["metrics"]["reward"].tolist() == [0.5]
+    # OpenRLHF's ppo_train divides each token-weighted metric by this count: not by 0
+    assert 0 < fixed["num_action_tokens"] < 1e-6
+    real = {"metrics": {"policy_loss": torch.tensor(1.0)}, "weights": {"policy_loss": "token"},
+            "num_samples": 2.0, "num_action_tokens": 7.0}  # fmt: skip
+    assert patch.fix_filler_status(real) is real and real["num_action_tokens"] == 7.0

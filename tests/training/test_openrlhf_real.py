@@ -114,10 +114,19 @@ def _columns(start: int, end: int) -> range:
 SCRIPT = ["<action>+</action>", "<action>-</action>", "hmm"]
 
 
-def _train_one_step(model_dir: Path, estimator: str, *flags: str, script=SCRIPT) -> dict:
+def _train_one_step(
+    model_dir: Path,
+    estimator: str,
+    *flags: str,
+    script=SCRIPT,
+    async_: bool = False,
+    unchecked: tuple[str, ...] = (),
+) -> dict:
     """The launcher's run (2 NumberLine tasks x 4 rollouts, micro-batches of 3 so a group is
     split across experiences) through one OpenRLHF training step; see openrlhf_real_run.py.
-    ``flags`` come after the defaults here and replace them."""
+    ``flags`` come after the defaults here and replace them. ``async_``: OpenRLHF's
+    asynchronous trainer instead, over every training step of the task dataset.
+    ``unchecked``: OpenRLHF flags added after the launcher's checks (which refuse them)."""
     # Ray's socket paths must stay under 107 bytes: a short temporary folder, not tmp_path.
     work = Path(tempfile.mkdtemp(prefix="orl", dir="/tmp"))
     try:
@@ -140,7 +149,8 @@ def _train_one_step(model_dir: Path, estimator: str, *flags: str, script=SCRIPT)
             *flags,
         )  # fmt: skip
         assert result.returncode == 0, result.stderr
-        job = {"args": submitted_args(result.stdout), "script": script, "ray_tmp": str(work / "r")}
+        job = {"args": submitted_args(result.stdout), "script": script, "ray_tmp": str(work / "r"),
+               "async": async_, "unchecked_args": list(unchecked)}  # fmt: skip
         out = _run_script(RUN, job, cwd=work)
         # the rollouts the estimator saved (--gigpo.save_rollouts_every defaults to 1)
         out["rollouts"] = [read_rollouts(path) for path in rollout_files(work).values()]
@@ -190,7 +200,7 @@ def _check_shared_metrics(out: dict) -> None:
     assert np.isfinite(status["policy_loss"]) and status["actor_grad_norm"] > 0
     assert out["policy_moved"] > 0  # the optimizer step changed the policy
     episodes = _by_episode(records)
-    assert status["gigpo/episodes"] == len(episodes) == 8
+    assert status["gigpo/episodes"] == len(episodes) == out.get("episodes", 8)
     turns = np.mean([e["turns"] for e in episodes.values()])
     assert status["gigpo/episode_turns"] == pytest.approx(turns)
     assert status["gigpo/won"] == pytest.approx(np.mean([e["won"] for e in episodes.values()]))
@@ -203,6 +213,8 @@ def _check_shared_metrics(out: dict) -> None:
     per_sample = [stds[r["group"]] for r in records if r["rewards"]]
     assert status["group_reward_std"] == pytest.approx(np.mean(per_sample), abs=1e-5)
     assert not any(k.startswith("gigpo_turns") for k in status)
+    # the vLLM stand-in refuses to generate while asleep: every engine generated, awake
+    assert out["engines"] and all(e["generated"] > 0 for e in out["engines"])
 
 
 @pytest.mark.slow
@@ -212,18 +224,33 @@ def test_gigpo_algo_estimators_through_openrlhfs_training_step(tiny_model_dir, e
     clip = ["--reward.clip_range", "-1", "1"] if estimator == "gigpo" else []
     out = _train_one_step(tiny_model_dir, estimator, "--gigpo.layout", "episode", *clip)
     assert out["estimator"] == "group_norm"  # ours ride on its group estimator's checks
+    _check_episode_layout(out, estimator, clip=1.0 if clip else None)
+    _check_shared_metrics(out)
+    _check_saved_rollouts(out, estimator)
+    # the launcher's defaults colocate the models with sleeping vLLM engines: OpenRLHF woke
+    # them to generate (the stand-in refuses otherwise) and put them back to sleep
+    assert all(e["enable_sleep_mode"] for e in out["engines"])
+    assert all(e["asleep"] == ["kv_cache", "weights"] for e in out["engines"])
+
+
+def _check_episode_layout(out: dict, estimator: str, clip: float | None = None) -> None:
+    """Under the episode layout: every episode reached ``training_step`` once, as one
+    sample, each turn's tokens holding exactly that turn's gigpo_algo advantage computed over
+    the whole batch (clipped to ``[-clip, clip]``), every other token 0."""
     records = out["records"]
-    assert len(records) == 8 and len(out["train_rows"]) == 8
+    assert len(out["train_rows"]) == len(records)
     rewards, trajs, groups, anchors = _episodes(out)
-    assert len(set(groups)) == 2 and len(rewards) > 8  # multi-turn episodes
+    assert len(set(groups)) * 4 == len(records)
+    if out.get("multi_turn", True):
+        assert len(rewards) > len(records)
     expected = estimator_advantages(estimator, rewards, trajs, groups, anchors).advantages
-    if clip:
-        assert np.abs(expected).max() > 1  # the clip changes something here
-        expected = np.clip(expected, -1, 1)
+    if clip is not None:
+        assert np.abs(expected).max() > clip  # the clip changes something here
+        expected = np.clip(expected, -clip, clip)
     assert np.abs(expected).max() > 0
     starts = np.cumsum([0] + [len(r["rewards"]) for r in records])
     samples = _sample_of(out)  # each sample trained on once
-    assert sorted(samples) == list(range(8))
+    assert sorted(samples) == list(range(len(records)))
     for row, i in zip(out["train_rows"], samples, strict=True):
         advantages, mask = np.array(row["advantages"]), np.array(row["action_mask"])
         covered = np.zeros_like(mask, dtype=bool)
@@ -233,18 +260,20 @@ def test_gigpo_algo_estimators_through_openrlhfs_training_step(tiny_model_dir, e
             assert np.allclose(advantages[cols], expected[starts[i] + k], atol=1e-5)
             covered[cols] = True
         assert not advantages[~covered].any()  # environment and padding tokens get nothing
-    _check_shared_metrics(out)
-    _check_saved_rollouts(out, estimator)
 
 
 def _check_saved_rollouts(
-    out: dict, estimator: str, script: list[str] = SCRIPT, observation: str = "Target:"
+    out: dict,
+    estimator: str,
+    script: list[str] = SCRIPT,
+    observation: str = "Target:",
+    iteration: int = 0,
 ) -> None:
     """The step records the driver saved for the viewer hold every turn of the step, with
     the texts the executor recorded in its Ray worker and the values trained on (unclipped)."""
     [(header, rows)] = out["rollouts"]
     assert (header["source"], header["iteration"], header["estimator"]) == (
-        "openrlhf", 0, estimator,
+        "openrlhf", iteration, estimator,
     )  # fmt: skip
     rewards, trajs, groups, anchors = _episodes(out)
     expected = estimator_advantages(estimator, rewards, trajs, groups, anchors).advantages
@@ -445,3 +474,214 @@ def test_step_layout_trains_every_step_of_50_step_alfworld_episodes(tiny_model_d
     _check_step_layout(out, tiny_model_dir, "gigpo", ALFWORLD_SCRIPT)
     _check_shared_metrics(out)
     _check_saved_rollouts(out, "gigpo", ALFWORLD_SCRIPT, observation="")
+
+
+# ---------------------------------------------------------------------------------------
+# The OpenRLHF modes users turn on (docs/training.md#openrlhf-modes): each runs a whole
+# training step (asynchronous training: every step of the dataset) on OpenRLHF's real code,
+# under both sample layouts, with gigpo_algo's three estimators spread over the modes (they
+# share one code path from the turn records to the tokens).
+
+#: flags, layout, estimator; LoRA's flags are added past the launcher, which refuses them
+#: (OpenRLHF 0.11.2 cannot sync a LoRA actor's weights to vLLM): the rest of the glue runs
+MODES = {
+    "gspo-step": (["--actor.policy_loss_type", "gspo"], "step", "gigpo"),
+    "gspo-episode": (["--actor.policy_loss_type", "gspo"], "episode", "grpo"),
+    "lora-step": ([], "step", "rloo"),
+    "lora-episode": ([], "episode", "gigpo"),
+    "packing-step": (["--ds.packing_samples"], "step", "gigpo"),
+    "packing-episode": (["--ds.packing_samples"], "episode", "rloo"),
+    "dynamic-batch-step": (
+        ["--train.dynamic_batch_enable", "--train.max_tokens_per_gpu", "700"], "step", "gigpo",
+    ),
+    "dynamic-batch-episode": (
+        ["--train.dynamic_batch_enable", "--train.max_tokens_per_gpu", "700"], "episode", "grpo",
+    ),
+    "prefix-caching-step": (["--vllm.enable_prefix_caching"], "step", "grpo"),
+    "prefix-caching-episode": (["--vllm.enable_prefix_caching"], "episode", "gigpo"),
+}  # fmt: skip
+LORA = ("--ds.lora.rank", "8", "--ds.lora.alpha", "16")
+
+#: the step layout's run in these tests: 3-step NumberLine episodes, micro-batches of 4
+STEP_FLAGS = ["--gigpo.layout", "step", "--rollout.micro_batch_size", "4",
+              "--gigpo.max_prompt_tokens", "1000"]  # fmt: skip
+
+
+def _check_layout(out: dict, model_dir: Path, layout: str, estimator: str) -> None:
+    if layout == "step":
+        _check_step_layout(out, model_dir, estimator, SCRIPT)
+    else:
+        _check_episode_layout(out, estimator)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", sorted(MODES))
+def test_openrlhf_modes_train_every_turn_with_its_advantage(tiny_model_dir, mode):
+    flags, layout, estimator = MODES[mode]
+    layout_flags = STEP_FLAGS if layout == "step" else ["--gigpo.layout", "episode"]
+    unchecked = LORA if mode.startswith("lora") else ()
+    out = _train_one_step(tiny_model_dir, estimator, *layout_flags, *flags, unchecked=unchecked)
+    _check_layout(out, tiny_model_dir, layout, estimator)
+    _check_shared_metrics(out)
+    _check_saved_rollouts(out, estimator)
+    if mode.startswith("lora"):  # only the adapters train (and they did: the policy moved)
+        assert out["lora"]["lora"] > 0 and out["lora"]["other"] == 0
+    else:
+        assert out["lora"]["lora"] == 0
+    # packing (also under dynamic batches, which turn it on): OpenRLHF's packed forward
+    # pass trained; the sdpa stand-in for flash-attn keeps packed samples apart
+    packed = mode.startswith(("packing", "dynamic-batch"))
+    assert out["packing_samples"] == packed
+    if packed:
+        assert out["packing_gap"] < 1e-4
+    if mode.startswith("prefix-caching"):
+        assert all(e["enable_prefix_caching"] for e in out["engines"])
+    gspo = mode.startswith("gspo")  # the actor's loss is GSPO's, reduced per sample
+    assert out["policy_loss"] == {"type": "gspo" if gspo else "ppo", "token_level": not gspo}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("layout", "estimator", "partial", "flags"),
+    [
+        # one generator call makes both training steps' groups: the queue splits its output
+        ("step", "gigpo", False, ["--rollout.vllm_generate_batch_size", "4"]),
+        ("episode", "gigpo", False, ["--rollout.vllm_generate_batch_size", "4"]),
+        ("step", "rloo", True, ["--train.async_queue_size", "2"]),
+        ("episode", "grpo", True, ["--train.async_queue_size", "2"]),
+    ],
+)
+def test_async_training_keeps_each_group_in_one_advantage_computation(
+    tiny_model_dir, layout, estimator, partial, flags
+):
+    layout_flags = STEP_FLAGS if layout == "step" else ["--gigpo.layout", "episode"]
+    partial_flags = ["--train.partial_rollout_enable"] if partial else []
+    out = _train_one_step(
+        tiny_model_dir, estimator, *layout_flags, *flags, *partial_flags,
+        "--train.async_enable", "--env.num_tasks", "4", "--train.num_episodes", "1",
+        # the vLLM log-probs, and the correction of the sampler-trainer gap with them
+        "--algo.advantage.is_correction_level", "token",
+        "--algo.advantage.is_correction_mode", "clip",
+        async_=True,
+    )  # fmt: skip
+    steps = out["steps"]
+    assert len(steps) == 2  # 4 tasks, 2 a training step
+    queue = 2 if partial else 1
+    seen: set[str] = set()
+    for k, step in enumerate(steps):
+        step_out = {**out, **step, "rollouts": out["rollouts"][k : k + 1]}
+        groups = {r["group"] for r in step["records"] if r["rewards"]}
+        assert len(groups) == 2 and not groups & seen  # whole groups, each in one step
+        seen |= groups
+        _check_layout(step_out, tiny_model_dir, layout, estimator)  # over its own groups
+        _check_shared_metrics(step_out)  # (the policy moved over the whole run)
+        _check_saved_rollouts(step_out, estimator, iteration=k)
+        # step k (from 0) trains after k weight syncs, on samples at most queue (+1 with
+        # partial rollouts) syncs older
+        versions = step["weights_versions"]
+        assert versions and all(k - queue - int(partial) <= v <= k for v in versions), versions
+        assert step["status"]["gigpo/episodes"] == 8
+    if not partial:  # one generator call made both steps' groups: the second step's are stale
+        assert [s["weights_versions"] for s in steps] == [[0.0], [0.0]]
+    assert [e["weights_version"] for e in out["engines"]] == [2]  # a weight sync a step
+    assert not any(e["enable_sleep_mode"] for e in out["engines"])  # displaced by async
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("layout", "estimator"), [("step", "gigpo"), ("episode", "rloo")])
+def test_dynamic_filtering_drops_only_groups_without_any_advantage(
+    tiny_model_dir, layout, estimator
+):
+    # one-step walks: a task whose target is two cells away cannot be won
+    kwargs = {"max_position": 3, "max_steps": 1}
+    env = gym.make("gigpo/NumberLine-v0", **kwargs)
+    starts = [env.reset(seed=seed)[0] for seed in range(6)]
+    env.close()
+    kept_start = "Target: 0\nCurrent: 3"  # three cells away: lost whatever the policy does
+    kept_tasks = {seed for seed, start in enumerate(starts) if start == kept_start}
+    assert len(kept_tasks) == 2  # (tasks 2 and 3): one whole batch of 8 episodes
+    # their episodes answer "+" and "-" in turn (against the end of the line, and one step
+    # closer: rewards -1 and 0, all lost); every other task only "hmm" (identical invalid
+    # episodes: no advantage at either level)
+    script = {kept_start: SCRIPT[:2], "": ["hmm"]}
+    layout_flags = STEP_FLAGS if layout == "step" else ["--gigpo.layout", "episode"]
+    out = _train_one_step(
+        tiny_model_dir, estimator, *layout_flags, "--env.num_tasks", "6",
+        "--env.kwargs", json.dumps(kwargs), "--algo.dynamic_filtering_enable",
+        script=script,
+    )  # fmt: skip
+    status = out["status"]
+    trained = {r["group"] for r in out["records"] if r["rewards"]}
+    assert {int(g.split("#")[1]) for g in trained} == kept_tasks  # env#seed#kwargs
+    # kept although every episode of it lost: OpenRLHF's score range would have dropped it
+    assert not any(e["won"] for e in _by_episode(out["records"]).values())
+    assert status["gigpo/groups_kept"] == len(kept_tasks)
+    assert status["gigpo/groups_dropped"] >= 1  # the rounds stop once two groups are kept
+    out["episodes"], out["multi_turn"] = 4 * len(trained), False
+    _check_layout(out, tiny_model_dir, layout, estimator)
+    _check_shared_metrics(out)
+
+
+@pytest.mark.slow
+def test_step_layout_micro_batches_of_fillers_only_train_and_log_finite_metrics(tiny_model_dir):
+    # one task, 2 one-step episodes ("+" and "-" in turn: rewards -1 and 0), padded with 6
+    # fillers to the optimizer step of 8: micro-batches of 2 hold fillers only, whatever
+    # the shuffle (OpenRLHF's ppo_train divides each one's metrics by its token count)
+    out = _train_one_step(
+        tiny_model_dir, "gigpo", *STEP_FLAGS, "--rollout.micro_batch_size", "2",
+        "--env.num_tasks", "1", "--group_size", "2", "--rollout.batch_size", "1",
+        "--env.kwargs", json.dumps({"max_position": 3, "max_steps": 1}),
+        script={"": SCRIPT[:2]},
+    )  # fmt: skip
+    assert [bool(r["rewards"]) for r in out["records"]].count(False) == 6
+    out["episodes"] = 2
+    _check_step_layout(out, tiny_model_dir, "gigpo", SCRIPT)
+    _check_shared_metrics(out)
+
+
+def test_gspo_loss_equals_openrlhfs_policy_loss_gspo():
+    """gigpo_algo.losses.gspo_loss, reduced per sequence, against OpenRLHF's own
+    ``PolicyLoss(policy_loss_type="gspo")`` on random batches: loss and gradient."""
+    code = """
+import json, torch
+from openrlhf.models.loss import PolicyLoss
+from gigpo_algo.losses import aggregate_loss, gspo_loss
+
+gaps = []
+for seed in range(6):
+    g = torch.Generator().manual_seed(seed)
+    b, t = 5, 11
+    mask = (torch.rand(b, t, generator=g) < 0.7).float()
+    mask[0] = 0.0  # a row without response tokens
+    mask[1] = 1.0
+    old = -torch.rand(b, t, generator=g) * 3
+    rollout = old + 0.05 * torch.randn(b, t, generator=g)
+    adv = torch.randn(b, t, generator=g) * mask  # per-token (per-turn) advantages
+    scale = [0.02, 0.3][seed % 2]  # inside the clip range, and well outside it
+    lp0 = old + scale * torch.randn(b, t, generator=g)
+    clip = [(0.2, 0.28), (3e-4, 4e-4), (0.1, 0.1)][seed % 3]
+    dual = 3.0 if seed % 2 else None
+    correction = "token" if seed in (4, 5) else "off"  # then OpenRLHF's ratio is to rollout
+    theirs_fn = PolicyLoss(clip_eps_low=clip[0], clip_eps_high=clip[1], dual_clip=dual,
+                           policy_loss_type="gspo", is_correction_level=correction)
+    lp_a = lp0.clone().requires_grad_(True)
+    theirs = theirs_fn(lp_a, old, adv, action_mask=mask, rollout_log_probs=rollout)[0]
+    theirs.backward()
+    lp_b = lp0.clone().requires_grad_(True)
+    base = rollout if correction == "token" else old
+    ours = aggregate_loss(gspo_loss(lp_b, base, adv, mask, clip_low=clip[0], clip_high=clip[1],
+                                    dual_clip=dual), mask, mode="seq-mean-token-mean")
+    ours.backward()
+    gaps.append([float(theirs), float(ours), float((lp_a.grad - lp_b.grad).abs().max()),
+                 float(lp_a.grad.abs().max())])
+print(json.dumps(gaps))
+"""
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=ENV, timeout=300
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    gaps = json.loads(result.stdout.strip().splitlines()[-1])
+    for theirs, ours, grad_gap, grad in gaps:
+        assert ours == pytest.approx(theirs, rel=1e-5, abs=1e-7)
+        assert grad_gap <= 1e-6 * max(grad, 1.0)
+    assert any(grad > 0 for *_, grad in gaps) and len({round(t, 6) for t, *_ in gaps}) == 6

@@ -164,7 +164,25 @@ def test_openrlhfs_own_estimators_get_the_episode_layout_and_refuse_the_step_one
     ("argv", "message"),
     [
         (["--gigpo.layout", "turns"], "--gigpo.layout must be one of"),
-        (["--train.dynamic_batch_enable"], "dynamic_batch_enable with --gigpo.layout step"),
+        # the OpenRLHF modes that cannot run as given fail here, before Ray, naming the flag
+        (
+            ["--train.partial_rollout_enable"],
+            "--train.partial_rollout_enable .* needs --train.async_enable",
+        ),
+        (
+            ["--train.async_enable", "--vllm.enable_sleep"],
+            "--vllm.enable_sleep with --train.async_enable",
+        ),
+        (
+            ["--algo.dynamic_filtering_enable", "--algo.dynamic_filtering_range", "0", "1"],
+            "--algo.dynamic_filtering_range: with gigpo_algo's estimators",
+        ),
+        (
+            ["--rollout.batch_size", "4", "--rollout.vllm_generate_batch_size", "8"],
+            "vllm_generate_batch_size larger than --rollout.batch_size .* --train.async_enable",
+        ),
+        (["--rollout.batch_size", "4", "--rollout.vllm_generate_batch_size", "x"], "must be ints"),
+        (["--ds.lora.rank", "8"], "--ds.lora.rank: OpenRLHF 0.11.2 sends a LoRA actor's"),
         (
             [
                 "--data.max_len",
@@ -261,3 +279,57 @@ def test_env_workers_time_out_by_default_and_the_episode_layout_pads_nothing():
     # the episode layout has no fillers, so any micro-batch size goes
     episode = ["--gigpo.layout", "episode", "--rollout.micro_batch_size", "3"]
     assert plan(episode + ["--actor.num_gpus_per_node", "1"] + KL).layout == "episode"
+
+
+def test_async_training_displaces_the_launchers_sleep_default_and_warns_of_the_gap():
+    # the launcher's defaults colocate everything with sleeping vLLM engines; OpenRLHF
+    # refuses sleeping engines in async training, so --train.async_enable leaves it out
+    result = dry_run("--train.async_enable", "--train.async_queue_size", "2",
+                     "--train.partial_rollout_enable")  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    resolved = command_line(result.stdout)
+    assert "--vllm.enable_sleep" not in resolved and "--train.async_enable" in resolved
+    assert "--vllm.enable_sleep" in command_line(dry_run().stdout)  # the default otherwise
+    # the engines generate while the models train: the node's 8 GPUs are split, not shared
+    assert _value(resolved, "--actor.num_gpus_per_node") == "4"
+    assert _value(resolved, "--vllm.num_engines") == "4"
+    assert _value(command_line(dry_run().stdout), "--vllm.num_engines") == "8"
+    assert "vLLM engines need GPUs of their own" in result.stderr
+    assert "--algo.advantage.is_correction_level token corrects the gap" in result.stderr
+    corrected = plan(["--train.async_enable", "--algo.advantage.is_correction_level", "token"]
+                     + KL)  # fmt: skip
+    assert not any("correction" in w for w in corrected.warnings)
+    # GSPO's one ratio per sample averages an episode-layout sample's turns
+    episode_gspo = plan(["--actor.policy_loss_type", "gspo", "--gigpo.layout", "episode"] + KL)
+    assert any("per-turn credit is averaged away" in w for w in episode_gspo.warnings)
+    assert plan(["--actor.policy_loss_type", "gspo"] + KL).warnings == ()
+
+
+def test_the_launcher_refuses_an_async_run_that_cannot_fit_its_node(monkeypatch, capsys):
+    from training.openrlhf.launch import _async_gpus, main
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setenv("GPUS", "8")
+    # 4 GPUs for the colocated actor and reference, 8 for the engines: 12 on a node of 8
+    assert main(["--train.async_enable", "--vllm.num_engines", "8"]) == 2
+    assert "--train.async_enable needs 12 GPUs" in capsys.readouterr().err
+    # a refused flag stops the launcher before Ray too (the check the job makes, run first)
+    assert main(["--train.partial_rollout_enable"]) == 2
+    assert (
+        _async_gpus(
+            [
+                "--actor.num_gpus_per_node",
+                "2",
+                "--ref.num_gpus_per_node",
+                "2",
+                "--vllm.num_engines",
+                "3",
+                "--vllm.tensor_parallel_size",
+                "2",
+            ]
+        )
+        == 10
+    )
+    monkeypatch.setenv("GPUS", "eight")
+    assert main(["--train.async_enable"]) == 2
+    assert "GPUS must be an int" in capsys.readouterr().err

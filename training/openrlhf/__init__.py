@@ -8,7 +8,9 @@ sample layout, recording :class:`~training.records.StepRecords`),
 :mod:`~training.openrlhf.spans` (turn token ranges to action-mask columns),
 :mod:`~training.openrlhf.estimator` (GiGPO advantages on OpenRLHF batches, written into its
 experiences; per-episode metrics; the run's step-record files; its settings are
-:mod:`training.settings`' table), :mod:`~training.openrlhf.layout` (the layout and its
+:mod:`training.settings`' table), :mod:`~training.openrlhf.filtering` (dynamic sampling:
+which group trains nothing), :mod:`~training.openrlhf.order` (a batch's rows in rollout
+order), :mod:`~training.openrlhf.modes` (the OpenRLHF modes a run turns on, checked), :mod:`~training.openrlhf.layout` (the layout and its
 sizes, from the flags), :mod:`~training.openrlhf.command` (flags and the resolved command),
 :mod:`~training.openrlhf.patch` (the version-pinned glue, applied in every Ray worker),
 :mod:`~training.openrlhf.train` (the entry point), :mod:`~training.openrlhf.launch` (the

@@ -62,6 +62,7 @@ from training.openrlhf.layout import (
     resolve_layout,
     resolve_sizes,
 )
+from training.openrlhf.modes import check_modes
 from training.openrlhf.tasks import Task, task_label
 from training.settings import EstimatorSettings, flag_settings
 
@@ -197,6 +198,7 @@ def plan(argv: list[str]) -> Plan:
         _require_state_text(ours.env_id, env_kwargs)
     layout = resolve_layout(ours, theirs)
     warnings: list[str] = []
+    check_modes(theirs, layout, settings is not None, warnings)
     history_length, max_prompt_tokens = resolve_sizes(ours, theirs, layout, env_kwargs, warnings)
     tasks = [
         Task(

@@ -26,6 +26,7 @@ import numpy as np
 from gigpo_algo.estimators import ESTIMATORS
 from gigpo_algo.tokens import turns_to_tokens
 from training.advantages import Advantages, critic_free_advantages, step_groups
+from training.openrlhf.order import in_rollout_order, require_one_row_per_episode, rollout_order
 from training.openrlhf.samples import fill_filler_metrics
 from training.openrlhf.spans import batch_turn_spans, turn_columns
 from training.openrlhf.turns import INFO_KEY, SampleTurns
@@ -276,12 +277,24 @@ def apply_gigpo(
         shaped.append(episodes)
     batch = shaped
     _log_group_reward_stds(experiences, batch)
-    steps = batch_steps(batch)
+    # once a training step, for every estimator, on the turns in rollout order
+    order = rollout_order(experiences, batch)
+    if order is None:
+        require_one_row_per_episode(batch)
+    rows, back = in_rollout_order(batch, order)
+    steps = batch_steps([rows])
     groups = result = None
-    if steps.rewards:  # once a training step, for every estimator
+    if steps.rewards:
         groups = step_groups(steps, settings)
         result = critic_free_advantages(steps, settings, groups)
-    save_rollouts(batch, settings, result, groups)
+    save_rollouts([rows], settings, result, groups)
+    if result is not None:  # back in the batch's order
+        result = Advantages(
+            result.advantages[back],
+            result.episode_advantages[back],
+            result.step_advantages[back],
+            result.returns[back],
+        )
     shapes = [tuple(e.action_mask.shape) for e in experiences]
     advantages, returns = batch_advantages(batch, shapes, settings, result)
     for experience, adv, ret in zip(experiences, advantages, returns, strict=True):

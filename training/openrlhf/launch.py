@@ -21,16 +21,23 @@ import subprocess
 import sys
 
 
-def defaults(gpus: str) -> list[str]:
+def defaults(gpus: str, async_enable: bool = False) -> list[str]:
     """The launcher's default flags for one node of ``gpus`` GPUs (Qwen2.5-1.5B, Sokoban).
 
-    ``--data.max_len`` (and the step layout's prompt cap and history) are resolved per env by
-    :func:`training.openrlhf.command.plan`."""
+    Everything is colocated: the actor, the reference and the vLLM engines share every GPU,
+    the engines sleeping while the models train. With ``async_enable`` the engines generate
+    while the models train, so they cannot share GPUs (OpenRLHF then colocates the DeepSpeed
+    models only): the node is split, half its GPUs (rounded down) for the actor and the
+    reference, the rest for the engines. ``--data.max_len`` (and the step layout's prompt
+    cap and history) are resolved per env by :func:`training.openrlhf.command.plan`."""
+    total = int(gpus)
+    models = str(max(1, total // 2)) if async_enable else gpus
+    engines = str(max(1, total - total // 2)) if async_enable else gpus
     return [
         "--actor.model_name_or_path", "Qwen/Qwen2.5-1.5B-Instruct",
-        "--actor.num_nodes", "1", "--actor.num_gpus_per_node", gpus,
-        "--ref.num_nodes", "1", "--ref.num_gpus_per_node", gpus,
-        "--vllm.num_engines", gpus, "--vllm.tensor_parallel_size", "1",
+        "--actor.num_nodes", "1", "--actor.num_gpus_per_node", models,
+        "--ref.num_nodes", "1", "--ref.num_gpus_per_node", models,
+        "--vllm.num_engines", engines, "--vllm.tensor_parallel_size", "1",
         "--vllm.gpu_memory_utilization", "0.6", "--vllm.enable_sleep", "--train.colocate_all",
         "--ds.zero_stage", "3", "--ds.param_dtype", "bf16",
         "--rollout.max_new_tokens", "512",
@@ -50,10 +57,14 @@ def defaults(gpus: str) -> list[str]:
 
 #: Flags that name the same setting: giving one replaces the default of the other.
 SYNONYMS = {"--group_size": ("--rollout.n_samples_per_prompt",)}
+#: Default flags that a user's flag turns off: OpenRLHF refuses ``--vllm.enable_sleep`` with
+#: ``--train.async_enable`` (the engines keep generating while the trainer trains).
+DISPLACED_BY = {"--vllm.enable_sleep": ("--train.async_enable",)}
 
 
 def resolve(user: list[str], default: list[str]) -> list[str]:
-    """The default flags the user did not give (with their values), then the user's flags."""
+    """The default flags the user did not give (with their values), then the user's flags; a
+    default that a given flag displaces (:data:`DISPLACED_BY`) is left out too."""
     given = {arg.split("=", 1)[0] for arg in user if arg.startswith("--")}
     out: list[str] = []
     i = 0
@@ -66,6 +77,8 @@ def resolve(user: list[str], default: list[str]) -> list[str]:
         i += 1
         if flag in given or any(s in given for s in SYNONYMS.get(flag, ())):
             continue
+        if any(d in given for d in DISPLACED_BY.get(flag, ())):
+            continue
         out += [flag, *value]
     return out + user
 
@@ -77,14 +90,30 @@ def main(argv: list[str] | None = None) -> int:
     python = os.environ.get("PYTHON") or sys.executable
     dashboard = os.environ.get("RAY_DASHBOARD", "http://127.0.0.1:8265")
     gpus = os.environ.get("GPUS", "8")
-    resolved = resolve(user, defaults(gpus))
+    if not gpus.isdigit() or int(gpus) < 1:
+        print(f"gigpo-openrlhf: error: GPUS must be an int >= 1, got {gpus!r}", file=sys.stderr)
+        return 2
+    async_enable = any(a.split("=", 1)[0] == "--train.async_enable" for a in user)
+    resolved = resolve(user, defaults(gpus, async_enable))
     train = [python, "-m", "training.openrlhf.train", *resolved]
     submit = ["ray", "job", "submit", "--address", dashboard, "--", *train]
+    check = [python, "-m", "training.openrlhf.train", "--dry-run", *resolved]
     if dry_run:
         print("# submit:")
         print(shlex.join(submit))
         print("# resolved (inside the job):", flush=True)
-        return subprocess.call([python, "-m", "training.openrlhf.train", "--dry-run", *resolved])
+        return subprocess.call(check)
+    # every flag is checked here, before Ray is started or joined (the job checks again)
+    checked = subprocess.run(check, stdout=subprocess.DEVNULL)
+    if checked.returncode:
+        return checked.returncode
+    if async_enable and not os.environ.get("RAY_ADDRESS"):
+        need = _async_gpus(resolved)
+        if need > int(gpus):
+            print(f"gigpo-openrlhf: error: --train.async_enable needs {need} GPUs (the actor's "
+                  "and the vLLM engines', which cannot share them) on this one node of "
+                  f"GPUS={gpus}", file=sys.stderr)  # fmt: skip
+            return 2
     if shutil.which("ray") is None:
         print("gigpo-openrlhf: error: the ray command is not installed: pip install "
               "'gigpo[openrlhf]'", file=sys.stderr)  # fmt: skip
@@ -97,6 +126,27 @@ def main(argv: list[str] | None = None) -> int:
                 ["ray", "start", "--head", "--num-gpus", gpus, "--dashboard-host", "127.0.0.1"]
             )
     return subprocess.call(submit)
+
+
+def _async_gpus(resolved: list[str]) -> int:
+    """The GPUs an asynchronous run takes on one node: the colocated DeepSpeed models'
+    (the actor's, or the actor's and the reference's when they are not colocated) and the
+    vLLM engines'."""
+    from training.openrlhf.layout import flag_value, has_flag
+
+    def number(flag: str, default: str) -> int:
+        try:
+            return int(flag_value(resolved, flag, default))
+        except ValueError:
+            return 0
+
+    actor = number("--actor.num_nodes", "1") * number("--actor.num_gpus_per_node", "8")
+    ref = number("--ref.num_nodes", "1") * number("--ref.num_gpus_per_node", "8")
+    shared = has_flag(resolved, "--train.colocate_all") or has_flag(
+        resolved, "--train.colocate_actor_ref"
+    )
+    engines = number("--vllm.num_engines", "1") * number("--vllm.tensor_parallel_size", "1")
+    return (max(actor, ref) if shared else actor + ref) + engines
 
 
 if __name__ == "__main__":

@@ -67,13 +67,6 @@ def resolve_layout(ours: argparse.Namespace, theirs: list[str]) -> str:
             "n_samples_per_prompt samples per prompt); use --gigpo.layout episode, or "
             f"gigpo_algo's {sorted(ESTIMATORS)}"
         )
-    if layout == "step" and has_flag(theirs, "--train.dynamic_batch_enable"):
-        raise UsageError(
-            "--train.dynamic_batch_enable with --gigpo.layout step: OpenRLHF's dynamic batches "
-            "keep at most rollout.batch_size * n_samples_per_prompt / train.batch_size "
-            "optimizer steps and drop the other samples, and a step-layout batch has one "
-            "sample per env step; use fixed micro-batches (--train.micro_batch_size)"
-        )
     return layout
 
 

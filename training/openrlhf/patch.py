@@ -1,7 +1,7 @@
 """The thin glue: GiGPO in OpenRLHF 0.11.2's experience maker, applied in every Ray worker.
 
 OpenRLHF 0.11 has no hook for a custom advantage estimator or for several samples per
-episode. Four methods are wrapped:
+episode. These methods are wrapped:
 
 * ``SamplesGenerator._process_response_into_experience``: after OpenRLHF builds a sample,
   the executor's record (``response["gigpo"]``) goes with it. Episode layout: the turn
@@ -21,8 +21,18 @@ episode. Four methods are wrapped:
 * ``BasePPOTrainer._compute_rollout_stats``: adds the batch's per-episode metrics
   (:func:`training.openrlhf.estimator.episode_stats`: turns, success, budget ends, samples);
 * ``ActorPPOTrainer.training_step``: a micro-batch of filler samples only has no response
-  token, so OpenRLHF's token-mean metrics of it are 0/0; they weigh 0 in its reduction, and
-  are set to 0 instead of NaN (which would make the whole step's metric NaN).
+  token, so OpenRLHF's token-mean metrics of it are 0/0, and its ``ppo_train`` divides by
+  that count of 0; the metrics are set to 0 instead of NaN (which would make the whole
+  step's metric NaN) and the count to a negligible weight (:func:`fix_filler_status`);
+* ``SamplesGenerator._generate_vllm``: under ``--algo.dynamic_filtering_enable`` with
+  gigpo_algo's estimators, a group is dropped when it has no nonzero advantage at either
+  level (:mod:`training.openrlhf.filtering`), not when its mean score leaves
+  ``--algo.dynamic_filtering_range``; the counts ride on the batch's first sample and
+  ``BasePPOTrainer.train_step`` logs them (``gigpo/groups_kept``, ``gigpo/groups_dropped``);
+* ``NaiveReplayBuffer.setup_dynamic_batch`` (``--train.dynamic_batch_enable``): OpenRLHF
+  plans ``rollout.batch_size * n_samples_per_prompt / train.batch_size`` optimizer steps
+  and drops the samples past them; a step-layout batch holds one sample per env step, so
+  with gigpo_algo's estimators the steps are planned from the samples the buffer holds.
 
 The wrappers are installed when those modules are first imported, in any process where
 :func:`setup_worker` ran: Ray runs it in every worker process through
@@ -41,6 +51,7 @@ from collections.abc import Callable
 from typing import Any
 
 from training.openrlhf.estimator import GiGPOSettings, apply_gigpo, episode_stats, read_records
+from training.openrlhf.filtering import FILTER_STATS, add_stats, filter_groups
 from training.openrlhf.samples import STEP_SAMPLES, expand_step_samples, step_samples
 from training.openrlhf.turns import INFO_KEY
 
@@ -54,6 +65,7 @@ SAMPLES_MODULE = "openrlhf.trainer.ppo_utils.samples_generator"
 MAKER_MODULE = "openrlhf.trainer.ppo_utils.experience_maker"
 TRAINER_MODULE = "openrlhf.trainer.ppo_trainer"
 ACTOR_MODULE = "openrlhf.trainer.ray.ppo_actor"
+BUFFER_MODULE = "openrlhf.trainer.ppo_utils.replay_buffer"
 _PATCHED_MARK = "__gigpo_patched__"
 #: The experience maker's attribute holding the last batch's episode metrics.
 EPISODE_STATS = "gigpo_episode_stats"
@@ -119,9 +131,63 @@ def _wrap_generate_samples(original: Callable) -> Callable:
     def generate_samples(self: Any, **generate_kwargs: Any) -> Any:
         samples, pass_rate, consumed, exhausted = original(self, **generate_kwargs)
         gigpo_on = GiGPOSettings.from_environ() is not None
-        return expand_step_samples(samples, self.args, gigpo_on), pass_rate, consumed, exhausted
+        samples = expand_step_samples(samples, self.args, gigpo_on)
+        stats = getattr(self, FILTER_STATS, None)
+        if samples and stats:  # the filter's counts since the last batch go with this one
+            setattr(samples[0], FILTER_STATS, stats)
+            setattr(self, FILTER_STATS, None)
+        return samples, pass_rate, consumed, exhausted
 
     return generate_samples
+
+
+def _wrap_generate_vllm(original: Callable) -> Callable:
+    @functools.wraps(original)
+    def generate_vllm(
+        self: Any, dataloader_iter: Any, num_prompts: int, dynamic_filtering: Any, **kwargs: Any
+    ) -> Any:
+        settings = GiGPOSettings.from_environ()
+        if settings is None or not dynamic_filtering:
+            return original(self, dataloader_iter, num_prompts, dynamic_filtering, **kwargs)
+
+        def generate(n: int) -> Any:
+            return original(self, dataloader_iter, n, False, **kwargs)
+
+        samples, consumed, exhausted, stats = filter_groups(generate, num_prompts, settings)
+        setattr(self, FILTER_STATS, add_stats(getattr(self, FILTER_STATS, None), stats))
+        return samples, consumed, exhausted
+
+    return generate_vllm
+
+
+def _wrap_train_step(original: Callable) -> Callable:
+    @functools.wraps(original)
+    def train_step(self: Any, rollout_samples: list, global_step: int) -> Any:
+        stats = getattr(rollout_samples[0], FILTER_STATS, None) if rollout_samples else None
+        status, step = original(self, rollout_samples, global_step)
+        if stats:
+            status.update(stats)
+        return status, step
+
+    return train_step
+
+
+def _wrap_setup_dynamic_batch(original: Callable) -> Callable:
+    @functools.wraps(original)
+    def setup_dynamic_batch(self: Any, strategy: Any) -> Any:
+        if GiGPOSettings.from_environ() is None:
+            return original(self, strategy)
+        rollout = strategy.args.rollout
+        planned = rollout.batch_size
+        # OpenRLHF plans min(rollout.batch_size * n / train.batch_size, what the buffer holds)
+        # steps; this makes the first term never the smaller one.
+        rollout.batch_size = max(planned, len(self.items) * strategy.args.train.batch_size)
+        try:
+            return original(self, strategy)
+        finally:
+            rollout.batch_size = planned
+
+    return setup_dynamic_batch
 
 
 def _wrap_compute_advantages(original: Callable) -> Callable:
@@ -169,18 +235,33 @@ def _wrap_rollout_stats(original: Callable) -> Callable:
     return compute_rollout_stats
 
 
+#: The token count a micro-batch of filler samples only reports to OpenRLHF's metric
+#: reduction instead of 0, which it would divide by (its loss never reads this count).
+FILLER_TOKEN_WEIGHT = 1e-9
+
+
+def fix_filler_status(status: dict[str, Any]) -> dict[str, Any]:
+    """The status ``training_step`` returns for a micro-batch without any response token (step
+    layout fillers only), made safe for OpenRLHF's ``ppo_train``: its token-mean metrics (0/0,
+    NaN) become 0, and its token count a negligible weight, since ``ppo_train`` divides each
+    token-weighted metric by the micro-batch's token count summed over the ranks (with one
+    rank: a float division by zero). Other statuses are returned unchanged."""
+    if status.get("num_action_tokens") != 0:
+        return status
+    import torch
+
+    weights = status["weights"]
+    for name, value in status["metrics"].items():
+        if weights.get(name) == "token" and isinstance(value, torch.Tensor):
+            status["metrics"][name] = torch.nan_to_num(value, nan=0.0)
+    status["num_action_tokens"] = FILLER_TOKEN_WEIGHT
+    return status
+
+
 def _wrap_training_step(original: Callable) -> Callable:
     @functools.wraps(original)
     def training_step(self: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
-        status = original(self, *args, **kwargs)
-        if status.get("num_action_tokens") == 0:
-            import torch
-
-            weights = status["weights"]
-            for name, value in status["metrics"].items():
-                if weights.get(name) == "token" and isinstance(value, torch.Tensor):
-                    status["metrics"][name] = torch.nan_to_num(value, nan=0.0)
-        return status
+        return fix_filler_status(original(self, *args, **kwargs))
 
     return training_step
 
@@ -199,6 +280,7 @@ def patch_samples_module(module: Any) -> None:
             cls._process_response_into_experience
         )
         cls.generate_samples = _wrap_generate_samples(cls.generate_samples)
+        cls._generate_vllm = _wrap_generate_vllm(cls._generate_vllm)
         setattr(cls, _PATCHED_MARK, True)
 
 
@@ -206,6 +288,14 @@ def patch_trainer_module(module: Any) -> None:
     cls = module.BasePPOTrainer
     if not getattr(cls, _PATCHED_MARK, False):
         cls._compute_rollout_stats = _wrap_rollout_stats(cls._compute_rollout_stats)
+        cls.train_step = _wrap_train_step(cls.train_step)
+        setattr(cls, _PATCHED_MARK, True)
+
+
+def patch_buffer_module(module: Any) -> None:
+    cls = module.NaiveReplayBuffer
+    if not getattr(cls, _PATCHED_MARK, False):
+        cls.setup_dynamic_batch = _wrap_setup_dynamic_batch(cls.setup_dynamic_batch)
         setattr(cls, _PATCHED_MARK, True)
 
 
@@ -223,6 +313,7 @@ PATCHES: dict[str, Callable[[Any], None]] = {
     MAKER_MODULE: patch_maker_module,
     TRAINER_MODULE: patch_trainer_module,
     ACTOR_MODULE: patch_actor_module,
+    BUFFER_MODULE: patch_buffer_module,
 }
 
 

@@ -4,13 +4,24 @@ OpenRLHF's ``RolloutRayActor`` builds its engine with
 ``vllm.AsyncLLMEngine.from_engine_args(vllm.AsyncEngineArgs(**kwargs))`` and awaits
 ``engine.generate(prompt, sampling_params, request_id=...)``. Here that engine is
 :class:`ScriptedEngine`: it generates nothing, it answers each request with one of the texts
-in ``$GIGPO_STANDIN_VLLM_SCRIPT`` (a JSON list), drawn by a ``random.Random`` seeded with the
-engine's ``seed``, tokenized with the model's own tokenizer, cut at ``max_tokens``. Everything
-around the engine (OpenRLHF's actor, the executor, the environments) is real.
+in ``$GIGPO_STANDIN_VLLM_SCRIPT``, tokenized with the model's own tokenizer, cut at
+``max_tokens``: a JSON list, drawn from by a ``random.Random`` seeded with the engine's
+``seed``; or a JSON object from prompt substrings to lists, where the first key found in the
+request's decoded prompt chooses (``""`` matches all) and its list is answered in turn,
+cycling (so a test knows that, say, four episodes of one task get two answers each).
+Everything around the engine (OpenRLHF's actor, the executor, the environments) is real.
+
+It keeps the engine states OpenRLHF drives, so that a test sees them used in order: asleep
+(``sleep``; ``wake_up`` by tag; generating while the weights or the KV cache sleep is an
+error), paused (``pause_generation``: requests wait until ``resume_generation``), the
+weights version (``collective_rpc("update_weight", ...)`` counts one weight sync; each token's
+log-prob is ``-1 - version``, so a sample tells which weights generated it) and prefix-cache
+resets.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import random
@@ -63,28 +74,78 @@ class ScriptedEngine:
 
     model: str
     seed: int
-    texts: list[str]
+    texts: list[str] | dict[str, list[str]]
     output_processor: _OutputProcessor = field(default_factory=_OutputProcessor)
+    engine_args: dict = field(default_factory=dict)
+    weights_version: int = 0
+    prefix_cache_resets: int = 0
+    asleep: set = field(default_factory=set)
+    generated: int = 0
 
     def __post_init__(self) -> None:
         from transformers import AutoTokenizer
 
         self.tokenizer = AutoTokenizer.from_pretrained(self.model)
         self.rng = random.Random(self.seed)
+        self.turns: dict[str, int] = {}
+        self.running: asyncio.Event | None = None
+
+    def _resume_event(self) -> asyncio.Event:
+        if self.running is None:  # made in the engine's own event loop
+            self.running = asyncio.Event()
+            self.running.set()
+        return self.running
 
     async def is_sleeping(self) -> bool:
-        return False
+        return bool(self.asleep)
 
     async def sleep(self, level: int = 1) -> None:
-        """vLLM frees its GPU memory here; there is none."""
+        """vLLM frees its GPU memory here (there is none): the weights and the KV cache."""
+        self.asleep = {"weights", "kv_cache"}
 
     async def wake_up(self, tags: list[str] | None = None) -> None:
-        """vLLM reloads its GPU memory here; there is none."""
+        """vLLM reloads its GPU memory here: the tags given, or all."""
+        self.asleep -= set(tags or ("weights", "kv_cache"))
+
+    async def pause_generation(self, mode: str = "keep") -> None:
+        """Requests wait (kept, not aborted) until :meth:`resume_generation`."""
+        if mode != "keep":
+            raise NotImplementedError(f"vllm stand-in: pause mode {mode!r}")
+        self._resume_event().clear()
+
+    async def resume_generation(self) -> None:
+        self._resume_event().set()
+
+    async def reset_prefix_cache(self) -> None:
+        self.prefix_cache_resets += 1
+
+    async def collective_rpc(self, method: str, args: tuple = ()) -> list:
+        """The weight sync's worker calls; ``update_weight`` counts one sync."""
+        if method != "update_weight":
+            raise NotImplementedError(f"vllm stand-in: collective_rpc {method!r}")
+        if "weights" in self.asleep:
+            raise RuntimeError("vllm stand-in: update_weight while the weights sleep")
+        self.weights_version += 1
+        return [None]
+
+    def _answer(self, prompt_ids: list[int]) -> str:
+        if isinstance(self.texts, list):
+            return self.rng.choice(self.texts)
+        prompt = self.tokenizer.decode(prompt_ids)
+        for key, texts in self.texts.items():
+            if key in prompt:
+                turn = self.turns.get(key, 0)
+                self.turns[key] = turn + 1
+                return texts[turn % len(texts)]
+        raise ValueError('vllm stand-in: no script key matches the prompt (add a "" key)')
 
     async def generate(self, prompt: dict, sampling_params: Any, request_id: str):
+        await self._resume_event().wait()
+        if self.asleep:
+            raise RuntimeError(f"vllm stand-in: generate() while {sorted(self.asleep)} sleep")
         self.output_processor.unfinished += 1
         try:
-            text = self.rng.choice(self.texts)
+            text = self._answer(list(prompt["prompt_token_ids"]))
             ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
             limit = sampling_params.max_tokens
             finish = "stop"
@@ -95,7 +156,8 @@ class ScriptedEngine:
             text = self.tokenizer.decode(ids, skip_special_tokens=True)
             logprobs = None
             if getattr(sampling_params, "logprobs", None) is not None:
-                logprobs = [{t: Logprob(-1.0)} for t in ids]
+                logprobs = [{t: Logprob(-1.0 - self.weights_version)} for t in ids]
+            self.generated += 1
             output = SimpleNamespace(
                 token_ids=ids, text=text, finish_reason=finish, logprobs=logprobs
             )
@@ -116,6 +178,17 @@ class AsyncLLMEngine:
         if not script:
             raise RuntimeError(f"vllm stand-in: set {SCRIPT_ENV} to a JSON list of texts")
         texts = json.loads(script)
-        if not isinstance(texts, list) or not texts or not all(isinstance(t, str) for t in texts):
-            raise ValueError(f"vllm stand-in: {SCRIPT_ENV} must be a non-empty JSON list of texts")
-        return ScriptedEngine(model=engine_args.model, seed=int(engine_args.seed), texts=texts)
+        lists = list(texts.values()) if isinstance(texts, dict) else [texts]
+        if not lists or not all(
+            isinstance(t, list) and t and all(isinstance(x, str) for x in t) for t in lists
+        ):
+            raise ValueError(
+                f"vllm stand-in: {SCRIPT_ENV} must be a non-empty JSON list of texts, or an "
+                "object of such lists"
+            )
+        return ScriptedEngine(
+            model=engine_args.model,
+            seed=int(engine_args.seed),
+            texts=texts,
+            engine_args=dict(engine_args.__dict__),
+        )
