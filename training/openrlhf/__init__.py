@@ -10,8 +10,9 @@ sample layout, recording :class:`~training.records.StepRecords`),
 experiences; per-episode metrics; the run's step-record files; its settings are
 :mod:`training.settings`' table), :mod:`~training.openrlhf.filtering` (dynamic sampling:
 which group trains nothing), :mod:`~training.openrlhf.order` (a batch's rows in rollout
-order), :mod:`~training.openrlhf.modes` (the OpenRLHF modes a run turns on, checked), :mod:`~training.openrlhf.layout` (the layout and its
-sizes, from the flags), :mod:`~training.openrlhf.command` (flags and the resolved command),
+order), :mod:`~training.openrlhf.modes` (the OpenRLHF modes a run turns on, checked),
+:mod:`~training.openrlhf.layout` (the layout and its sizes, from the flags),
+:mod:`~training.openrlhf.command` (flags and the resolved command),
 :mod:`~training.openrlhf.patch` (the version-pinned glue, applied in every Ray worker),
 :mod:`~training.openrlhf.train` (the entry point), :mod:`~training.openrlhf.launch` (the
 launcher), ``agent_func.py`` (the file OpenRLHF's ``--train.agent_func_path`` loads).
