@@ -127,11 +127,30 @@ def gspo_loss(
     _same_shapes(log_probs=lp, old_log_probs=old, advantages=adv, response_mask=mask)
     _check_clip(clip_low, clip_high, dual_clip)
     xp = kind.xp
-    mask = mask * 1.0
-    tokens = xp.maximum(xp.sum(mask, axis=1), kind.asarray(1.0))
-    seq_log_ratio = xp.sum((lp - old) * mask, axis=1) / tokens
+    seq_log_ratio = sequence_log_ratio(lp, old, mask)
     ratio = xp.exp(xp.clip(seq_log_ratio, -MAX_LOG_RATIO, MAX_LOG_RATIO))[:, None] * mask
     return _clipped_surrogate(xp, ratio, adv, clip_low, clip_high, dual_clip)
+
+
+def sequence_log_ratio(log_probs: Any, old_log_probs: Any, response_mask: Any) -> Any:
+    """GSPO's log-ratio of each sequence: the mean over its response tokens of
+    ``log_probs - old_log_probs`` (the log of the geometric mean of its token ratios).
+
+    Args:
+        log_probs, old_log_probs: float, shape (B, T).
+        response_mask: shape (B, T), 1 for response tokens.
+
+    Returns:
+        float, shape (B,), in nats; 0 for a sequence without response tokens.
+    """
+    kind, (lp, old, mask) = to_native(
+        log_probs=log_probs, old_log_probs=old_log_probs, response_mask=response_mask
+    )
+    _same_shapes(log_probs=lp, old_log_probs=old, response_mask=mask)
+    xp = kind.xp
+    mask = mask * 1.0
+    tokens = xp.maximum(xp.sum(mask, axis=1), kind.asarray(1.0))
+    return xp.sum((lp - old) * mask, axis=1) / tokens
 
 
 def _check_clip(clip_low: float, clip_high: float, dual_clip: float | None) -> None:

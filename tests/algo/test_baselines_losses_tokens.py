@@ -22,6 +22,7 @@ from gigpo_algo import (
     rloo,
     turns_to_tokens,
 )
+from gigpo_algo.losses import sequence_log_ratio
 
 SCORES = [1.0, 0.0, 0.0, 1.0, 3.0, 3.0, 5.0]
 GROUPS = ["a", "a", "a", "a", "b", "b", "c"]
@@ -232,3 +233,9 @@ def test_zero_advantage_filter_keeps_a_group_with_only_a_step_signal():
         filter_zero_advantage_groups([float("nan")], [0])
     with pytest.raises(ValueError, match="atol"):
         filter_zero_advantage_groups([1.0], [0], atol=-1.0)
+
+
+def test_sequence_log_ratio_is_the_mean_over_response_tokens():
+    lp = np.array([[1.0, 3.0, 9.0], [9.0, 9.0, 9.0]])
+    mask = np.array([[1, 1, 0], [0, 0, 0]])
+    np.testing.assert_allclose(sequence_log_ratio(lp, np.zeros_like(lp), mask), [2.0, 0.0])

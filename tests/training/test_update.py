@@ -20,13 +20,19 @@ def _mean_entropy(model, records, pad_id):
     return float((entropy * mask).sum() / mask.sum())
 
 
-def test_entropy_bonus_raises_the_entropy_and_is_logged(tiny_model_dir):
-    tok = load_tokenizer(tiny_model_dir)
+def _rollout(model_dir):
+    """The tiny model's tokenizer and the step records of 2 groups x 3 two-step walks."""
+    tok = load_tokenizer(model_dir)
     envs = make_envs("gigpo/NumberLine-v0", 2, 3, 0, None, {"max_position": 3, "max_steps": 2})
-    model = load_model(tiny_model_dir, "float32")
+    model = load_model(model_dir, "float32")
     torch.manual_seed(0)
     records = collect(model, tok, envs, seed=1, max_new_tokens=6, temperature=1.0).records
     envs.close()
+    return tok, records
+
+
+def test_entropy_bonus_raises_the_entropy_and_is_logged(tiny_model_dir):
+    tok, records = _rollout(tiny_model_dir)
     zero = np.zeros(len(records))  # no policy-gradient signal: only the bonus moves weights
     results = {}
     for coef in (0.0, 0.5):
@@ -55,12 +61,7 @@ def test_gspo_update_equals_ppo_at_ratio_one_and_departs_after(tiny_model_dir):
     """With one advantage per sequence (each step record is its own row) and the policy at
     its rollout policy, GSPO's gradient is PPO's under per-sequence aggregation: the first
     step moves the weights the same; once the policy has moved, the two differ."""
-    tok = load_tokenizer(tiny_model_dir)
-    envs = make_envs("gigpo/NumberLine-v0", 2, 3, 0, None, {"max_position": 3, "max_steps": 2})
-    model = load_model(tiny_model_dir, "float32")
-    torch.manual_seed(0)
-    records = collect(model, tok, envs, seed=1, max_new_tokens=6, temperature=1.0).records
-    envs.close()
+    tok, records = _rollout(tiny_model_dir)
     advantages = np.linspace(-1.0, 1.0, len(records))
     weights = {}
     for loss, epochs in (("ppo", 1), ("gspo", 1), ("ppo", 3), ("gspo", 3)):

@@ -14,7 +14,13 @@ from typing import Any
 
 import numpy as np
 
-from gigpo_algo.losses import aggregate_loss, gspo_loss, kl_penalty, ppo_clip_loss
+from gigpo_algo.losses import (
+    aggregate_loss,
+    gspo_loss,
+    kl_penalty,
+    ppo_clip_loss,
+    sequence_log_ratio,
+)
 from gigpo_algo.tokens import broadcast_to_tokens
 from training.local.batch import TokenBatch, make_batch, token_log_probs
 from training.local.critic import PPOTargets, critic_step
@@ -75,8 +81,7 @@ def policy_loss(
     with torch.no_grad():
         log_ratio = log_probs - batch.old_log_probs
         if algo.policy_loss == "gspo":  # one ratio per sequence, on its response tokens
-            tokens = mask.sum(dim=1, keepdim=True).clamp(min=1)
-            log_ratio = (log_ratio * mask).sum(dim=1, keepdim=True) / tokens * mask
+            log_ratio = sequence_log_ratio(log_probs, batch.old_log_probs, mask)[:, None] * mask
         ratio = torch.exp(log_ratio)
         clipped = ((ratio < 1 - algo.clip_low) | (ratio > 1 + algo.clip_high)).float()
         stats["clip_frac"] = float(aggregate_loss(clipped, mask))

@@ -68,9 +68,10 @@ def group_has_signal(records: Sequence[SampleTurns], settings: EstimatorSettings
     return bool(filter_zero_advantage_groups(parts, steps.group_ids, atol=ATOL).any())
 
 
-def split_groups(samples: Sequence[Any]) -> list[list[Any]]:
-    """The samples grouped by their episode group, in order of first appearance."""
-    groups: dict[str, list[Any]] = {}
+def split_groups(samples: Sequence[Any]) -> list[tuple[list[Any], list[SampleTurns]]]:
+    """The samples grouped by their episode group, in order of first appearance: per group,
+    its samples and their turn records."""
+    groups: dict[str, tuple[list[Any], list[SampleTurns]]] = {}
     for sample in samples:
         records = sample_turns(sample)
         if not records:
@@ -78,7 +79,9 @@ def split_groups(samples: Sequence[Any]) -> list[list[Any]]:
                 "dynamic filtering under gigpo_algo's estimators needs every sample's turn "
                 "records: a sample without any did not come from the gigpo agent executor"
             )
-        groups.setdefault(records[0].group, []).append(sample)
+        group_samples, group_records = groups.setdefault(records[0].group, ([], []))
+        group_samples.append(sample)
+        group_records.extend(records)
     return list(groups.values())
 
 
@@ -111,8 +114,7 @@ def filter_groups(
         if not samples:
             break
         wanted = 0
-        for group in split_groups(samples):
-            records = [r for sample in group for r in sample_turns(sample)]
+        for group, records in split_groups(samples):
             if group_has_signal(records, settings):
                 kept.extend(group)
                 kept_groups += 1

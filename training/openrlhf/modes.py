@@ -66,15 +66,14 @@ def check_modes(theirs: list[str], layout: str, gigpo_algo: bool, warnings: list
                 "--rollout.vllm_generate_batch_size larger than --rollout.batch_size keeps the "
                 "extra groups for later training steps: it needs --train.async_enable"
             )
-    if async_on:
-        if not has_flag(theirs, "--algo.advantage.is_correction_level"):
-            warnings.append(
-                "--train.async_enable trains on samples of an older policy (up to "
-                "--train.async_queue_size weight syncs behind, one more with "
-                "--train.partial_rollout_enable): the PPO ratio starts from the trainer's "
-                "policy, not the sampler's; --algo.advantage.is_correction_level token "
-                "corrects the gap with the vLLM log-probs"
-            )
+    if async_on and not has_flag(theirs, "--algo.advantage.is_correction_level"):
+        warnings.append(
+            "--train.async_enable trains on samples of an older policy (up to "
+            "--train.async_queue_size weight syncs behind, one more with "
+            "--train.partial_rollout_enable): the PPO ratio starts from the trainer's "
+            "policy, not the sampler's; --algo.advantage.is_correction_level token "
+            "corrects the gap with the vLLM log-probs"
+        )
     gspo = flag_value(theirs, "--actor.policy_loss_type", "ppo") == "gspo"
     if gspo and gigpo_algo and layout == "episode":
         warnings.append(

@@ -266,46 +266,47 @@ def _wrap_training_step(original: Callable) -> Callable:
     return training_step
 
 
+def wrap_methods(cls: Any, wrappers: dict[str, Callable[[Callable], Callable]]) -> None:
+    """Replaces each method ``name`` of ``cls`` by ``wrappers[name](method)``, once per class
+    (a second call does nothing)."""
+    if getattr(cls, _PATCHED_MARK, False):
+        return
+    for name, wrap in wrappers.items():
+        setattr(cls, name, wrap(getattr(cls, name)))
+    setattr(cls, _PATCHED_MARK, True)
+
+
 def patch_actor_module(module: Any) -> None:
-    cls = module.ActorPPOTrainer
-    if not getattr(cls, _PATCHED_MARK, False):
-        cls.training_step = _wrap_training_step(cls.training_step)
-        setattr(cls, _PATCHED_MARK, True)
+    wrap_methods(module.ActorPPOTrainer, {"training_step": _wrap_training_step})
 
 
 def patch_samples_module(module: Any) -> None:
-    cls = module.SamplesGenerator
-    if not getattr(cls, _PATCHED_MARK, False):
-        cls._process_response_into_experience = _wrap_process_response(
-            cls._process_response_into_experience
-        )
-        cls.generate_samples = _wrap_generate_samples(cls.generate_samples)
-        cls._generate_vllm = _wrap_generate_vllm(cls._generate_vllm)
-        setattr(cls, _PATCHED_MARK, True)
+    wrap_methods(
+        module.SamplesGenerator,
+        {
+            "_process_response_into_experience": _wrap_process_response,
+            "generate_samples": _wrap_generate_samples,
+            "_generate_vllm": _wrap_generate_vllm,
+        },
+    )
 
 
 def patch_trainer_module(module: Any) -> None:
-    cls = module.BasePPOTrainer
-    if not getattr(cls, _PATCHED_MARK, False):
-        cls._compute_rollout_stats = _wrap_rollout_stats(cls._compute_rollout_stats)
-        cls.train_step = _wrap_train_step(cls.train_step)
-        setattr(cls, _PATCHED_MARK, True)
+    wrap_methods(
+        module.BasePPOTrainer,
+        {"_compute_rollout_stats": _wrap_rollout_stats, "train_step": _wrap_train_step},
+    )
 
 
 def patch_buffer_module(module: Any) -> None:
-    cls = module.NaiveReplayBuffer
-    if not getattr(cls, _PATCHED_MARK, False):
-        cls.setup_dynamic_batch = _wrap_setup_dynamic_batch(cls.setup_dynamic_batch)
-        setattr(cls, _PATCHED_MARK, True)
+    wrap_methods(module.NaiveReplayBuffer, {"setup_dynamic_batch": _wrap_setup_dynamic_batch})
 
 
 def patch_maker_module(module: Any) -> None:
-    cls = module.RemoteExperienceMaker
-    if not getattr(cls, _PATCHED_MARK, False):
-        cls.compute_advantages_and_returns = _wrap_compute_advantages(
-            cls.compute_advantages_and_returns
-        )
-        setattr(cls, _PATCHED_MARK, True)
+    wrap_methods(
+        module.RemoteExperienceMaker,
+        {"compute_advantages_and_returns": _wrap_compute_advantages},
+    )
 
 
 PATCHES: dict[str, Callable[[Any], None]] = {
