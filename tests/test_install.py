@@ -70,7 +70,8 @@ def test_the_wheel_carries_configs_launchers_and_license(installed):
     names = set(zipfile.ZipFile(installed["wheel"]).namelist())
     for wanted in ("training/configs/smoke.yaml", "training/configs/quickstart.yaml",
                    "training/configs/study/numberline.yaml", "training/openrlhf_gigpo.sh",
-                   "training/quickstart.sh"):  # fmt: skip
+                   "training/quickstart.sh", "training/suites/alfworld-gen-v1.yaml",
+                   "training/suites/searchqa-all.yaml"):  # fmt: skip
         assert wanted in names, wanted
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
     metadata = next(n for n in names if n.endswith(".dist-info/METADATA"))
@@ -133,6 +134,10 @@ def test_console_scripts_and_top_level_modules(installed):
     for script in ("gigpo-evaluate", "gigpo-quickstart", "gigpo-view", "gigpo-train"):
         done = _run([str(installed["venv"] / "bin" / script), "--help"], cwd=installed["cwd"])
         assert "usage" in done.stdout.lower(), script
+    # The pinned evaluation suites ship in the wheel and are found by name.
+    done = _run([str(installed["venv"] / "bin" / "gigpo-evaluate"), "--list-suites"],
+                cwd=installed["cwd"])  # fmt: skip
+    assert "alfworld-valid-unseen: " in done.stdout and "webshop-gen-v1: " in done.stdout
     # A folder of the user's own named ``training`` shadows ours for ``python -m training.*``
     # run from there, not for the console scripts (docs/design.md, "Installed modules").
     (installed["cwd"] / "training").mkdir(exist_ok=True)

@@ -84,10 +84,14 @@ class WebShopEnv(TextEnv):
         ``info["reward_breakdown"]``) names the one in use.
       noun_extractor: a callable title -> nouns instead (overrides ``noun_tagger``).
       max_steps: steps before truncation (15, as verl-agent).
+      goal_by_seed: ``reset(seed=s)`` plays goal ``s % len(split)`` of the split, in order
+        (seeds ``0..n-1`` walk the split, as ALFWorld's games and SearchQA's questions do;
+        the pinned evaluation suites use it); False (default) draws the goal with the seed.
       **kwargs: ``invalid_action_penalty``, ``action_parser``, ``render_mode``.
 
     ``reset(options={"goal": i})`` plays goal ``i`` (an index of the shop's goal order, inside
-    the split); otherwise the goal is drawn from the split with the episode's seed.
+    the split); otherwise the goal is the seed's (``goal_by_seed``) or drawn from the split
+    with the episode's seed.
     """
 
     env_name = "WebShop"
@@ -110,6 +114,7 @@ class WebShopEnv(TextEnv):
         noun_extractor: Callable[[str], Sequence[str]] | None = None,
         max_steps: int = 15,
         noun_tagger: str = "auto",
+        goal_by_seed: bool = False,
         *,
         invalid_action_penalty: float = 0.0,
         action_parser: ActionParser | None = None,
@@ -149,6 +154,7 @@ class WebShopEnv(TextEnv):
             raise ValueError(f"split {split!r} of {self.shop.shop_id} has no goals")
         self.reward_scale = check_float("reward_scale", reward_scale)
         self.success_reward_only = check_bool("success_reward_only", success_reward_only)
+        self.goal_by_seed = check_bool("goal_by_seed", goal_by_seed)
         if noun_extractor is not None:
             self.noun_extractor = noun_extractor
             self.noun_tagger = str(
@@ -189,6 +195,8 @@ class WebShopEnv(TextEnv):
     def _game_reset(self, rng: np.random.Generator) -> None:
         if self._requested_goal is not None:
             self.goal_index = self._requested_goal
+        elif self.goal_by_seed:
+            self.goal_index = self.goal_range[int(self._episode_seed or 0) % len(self.goal_range)]
         else:
             self.goal_index = self.goal_range[int(rng.integers(len(self.goal_range)))]
         self._set_page(PageState())

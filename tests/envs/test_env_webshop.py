@@ -289,6 +289,22 @@ def test_splits_are_fixed_disjoint_ranges():
         WebShopEnv(split="train").reset(options={"goal": 0})
 
 
+def test_goal_by_seed_walks_the_split_in_order():
+    env = WebShopEnv(split="test", goal_by_seed=True)
+    goals = env.goal_range
+    played = []
+    for seed in [*range(len(goals)), len(goals), 2 * len(goals) + 3]:
+        env.reset(seed=seed)
+        played.append(env.goal_index)
+    assert played == [*goals, goals[0], goals[3]]
+    env.reset(seed=5, options={"goal": goals[1]})  # an explicit goal still wins
+    assert env.goal_index == goals[1]
+    drawn = WebShopEnv(split="test")  # the default draws: not the split in order
+    assert [drawn.reset(seed=s)[1] and drawn.goal_index for s in range(30)] != list(goals[:30])
+    with pytest.raises(TypeError, match="goal_by_seed"):
+        WebShopEnv(goal_by_seed="yes")
+
+
 def test_splits_and_goals_are_the_same_in_another_process():
     code = (
         "import json; from gigpo_envs.webshop import get_shop; s = get_shop();"

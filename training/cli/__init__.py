@@ -6,6 +6,11 @@
 - :mod:`training.cli.view_assets`: the inline style sheet and script of the viewer's page;
 - :mod:`training.cli.evaluate`: held-out tasks of any gigpo env played by any model
   (``gigpo-evaluate``);
+- :mod:`training.cli.evaluate_suite`: ``gigpo-evaluate --suite``, a pinned suite played
+  and tabled;
+- :mod:`training.cli.suites`: the suite files (``training/suites/``) and their data hashes;
+- :mod:`training.cli.suite_run`: a suite's tasks played in batches, resumably;
+- :mod:`training.cli.suite_table`: a suite's cells with intervals, the paper-layout table;
 - :mod:`training.cli.study`: one config trained under several estimators and seeds;
 - :mod:`training.cli.quickstart`: GiGPO on SmolLM2-135M-Instruct, on CPU, in minutes
   (``gigpo-quickstart``).

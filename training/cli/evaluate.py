@@ -13,6 +13,10 @@ env's template with the config's changes, as in training) or a ReAct-style varia
 (``--prompt react``: reason inside ``<think>`` first, then act; the answer starts with
 ``<think>``). Any ``--section.key=value`` overrides the config, as for the trainer.
 
+With ``--suite NAME`` it plays a pinned evaluation suite instead and prints the paper's
+table (:mod:`training.cli.evaluate_suite`); ``--compare DIR...`` tables several suite runs;
+``--list-suites`` names the shipped suites.
+
 Writes ``summary.json`` (success rate with its 95% Wilson interval, mean return with its
 95% t interval, valid-action rate per step, mean episode length, the seeds) and
 ``episodes.jsonl`` (one line per episode: seed, task, outcome and every step's observation,
@@ -188,7 +192,6 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--model",
-        required=True,
         help="a run directory of ours (its checkpoint), smollm2, tiny-random or a HF model dir",
     )
     parser.add_argument(
@@ -203,9 +206,48 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--prompt", choices=PROMPTS, default="template")
     parser.add_argument("--max-new-tokens", type=int, default=None)
     parser.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE)
-    parser.add_argument("--out", default="runs/evaluate")
+    parser.add_argument(
+        "--out", default=None, help="default runs/evaluate; with --suite runs/suites/SUITE/RUN"
+    )
+    suites = parser.add_argument_group("pinned suites (docs/evaluation.md)")
+    suites.add_argument("--suite", help="a shipped suite name or a suite YAML file")
+    suites.add_argument("--list-suites", action="store_true", help="name the shipped suites")
+    suites.add_argument("--compare", nargs="+", metavar="DIR", help="table these suite runs")
+    suites.add_argument(
+        "--group-size",
+        type=int,
+        default=1,
+        help="rollouts per task (> 1: sampled; reports how often states recur)",
+    )
+    suites.add_argument(
+        "--max-episodes",
+        type=int,
+        default=None,
+        help="play only the suite's first N tasks (a quick look)",
+    )
+    suites.add_argument(
+        "--data-dir",
+        default=None,
+        help="the data root instead of $ALFWORLD_DATA, $WEBSHOP_DATA, ...",
+    )
+    suites.add_argument("--retriever-url", default=None, help="search suites: the server")
+    suites.add_argument(
+        "--data-manifest",
+        default=None,
+        help="an earlier run's data_manifest.json the data must equal",
+    )
     args, overrides = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
-    out = Path(args.out)
+    if args.list_suites or args.compare:
+        return _suite_tools(args, parser)
+    if args.model is None:
+        parser.error("the following arguments are required: --model")
+    if args.suite is not None:
+        from training.cli.evaluate_suite import evaluate_suite
+
+        if args.out is None:
+            args.out = str(_suite_out(args))
+        return evaluate_suite(args, overrides, parser)
+    out = Path(args.out or "runs/evaluate")
     try:
         config = _config(args.model, args.config, overrides)
         settings = EvalSettings(
@@ -262,6 +304,33 @@ def _config(model: str, config: str | None, overrides: list[str]) -> TrainConfig
     if config is None and (run := find_run_dir(model)) is not None:
         config = str(run / "config.json")
     return load_config(config, overrides)
+
+
+def _suite_tools(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from training.cli.suite_table import compare
+    from training.cli.suites import SuiteError, load_suite, suite_names
+
+    if args.list_suites:
+        for name in suite_names():
+            print(f"{name}: {load_suite(name).description}")
+        return 0
+    try:
+        print(compare(args.compare), end="")
+    except SuiteError as exc:
+        parser.error(str(exc))
+    return 0
+
+
+def _suite_out(args: argparse.Namespace) -> Path:
+    """``runs/suites/<suite>/<model>-<prompt>-<decoding>``: one folder per run's settings."""
+    import re
+
+    model = re.sub(r"[^A-Za-z0-9_.-]+", "_", Path(args.model).name or args.model)
+    temperature = args.temperature if args.temperature is not None else (
+        1.0 if args.group_size > 1 else None)  # fmt: skip
+    decoding = f"t{temperature:g}" if temperature else "greedy"
+    group = f"-g{args.group_size}" if args.group_size > 1 else ""
+    return Path("runs/suites") / Path(args.suite).stem / f"{model}-{args.prompt}-{decoding}{group}"
 
 
 def _write_json_lines(path: Path, rows: list[dict[str, Any]]) -> None:

@@ -1,0 +1,195 @@
+"""``gigpo-evaluate --suite NAME --model M``: a pinned suite, played and tabled.
+
+The suite (:mod:`training.cli.suites`) fixes what is played; this module checks the
+command against it, prepares and hashes the data, loads the model, plays the tasks
+resumably (:mod:`training.cli.suite_run`) and writes, into ``--out``:
+
+* ``run.json``: the settings a resumed run must repeat;
+* ``data_manifest.json``: the SHA-256 of every data file read, and their digest;
+* ``episodes.jsonl``: one row per episode (task, column, outcome, steps), batch by batch;
+* ``summary.json`` and ``table.md``: the paper-layout cells (:mod:`training.cli.suite_table`).
+
+The table is printed on stdout.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from training.cli.suites import (
+    PINNED_KEYS,
+    SuiteError,
+    check_manifest,
+    load_suite,
+    prepare_data,
+    set_roots,
+)
+from training.files import atomic_write_text
+from training.local.config import ConfigError
+
+#: ``run.json`` keys that a resumed run must repeat.
+RUN_KEYS = ("suite", "suite_version", "data_sha256", "model", "prompt", "temperature",
+            "top_p", "group_size", "batch_size", "max_new_tokens", "run_seed")  # fmt: skip
+
+
+def suite_config(args: Any, overrides: list[str]) -> tuple[Any, Any, dict[str, Any], Any]:
+    """``(suite, config, run settings, data)`` for the command line: the command is checked
+    against the suite first, then the data is prepared (generated once if the suite has a
+    recipe) and hashed, then the config (which builds one env) is loaded; no model yet.
+
+    Raises:
+        ConfigError (SuiteError): an unknown suite, an override of a key the suite pins
+            (named), ``--episodes`` with a suite, or a group without sampling.
+    """
+    from training.cli.evaluate import EvalSettings, _config, prompt_config
+
+    suite = load_suite(args.suite)
+    for text in overrides:
+        key = text.lstrip("-").split("=", 1)[0]
+        if key in PINNED_KEYS or key.split(".")[0] in ("env", "rollout"):
+            raise SuiteError(f"--{key}: suite {suite.name} pins the env and rollout settings; "
+                             "write a suite file for other settings")  # fmt: skip
+    if args.episodes is not None:
+        raise SuiteError("--episodes does not apply to a suite; --max-episodes N plays its first N")
+    if args.group_size < 1:
+        raise SuiteError(f"--group-size must be >= 1, got {args.group_size}")
+    if args.max_episodes is not None and args.max_episodes < 1:
+        raise SuiteError(f"--max-episodes must be >= 1, got {args.max_episodes}")
+    temperature = args.temperature
+    if temperature is None:
+        temperature = suite.sampling["temperature"] if args.group_size == 1 else 1.0
+    if args.group_size > 1 and temperature == 0:
+        raise SuiteError("--group-size > 1 needs sampling: --temperature > 0 (default 1.0)")
+    set_roots(suite, args.data_dir, args.retriever_url)
+    data = prepare_data(suite)
+    if args.data_manifest:
+        check_manifest(data["files"], args.data_manifest)
+    config = _config(args.model, args.config, [*overrides, *suite.overrides()])
+    settings = EvalSettings(
+        episodes=1, temperature=temperature, top_p=args.top_p, prompt=args.prompt,
+        max_new_tokens=args.max_new_tokens, batch_size=args.batch_size,
+    )  # fmt: skip
+    settings.check()
+    config = prompt_config(config, settings)
+    run = {
+        "suite": suite.name, "suite_version": suite.version, "model": args.model,
+        "prompt": args.prompt, "temperature": temperature,
+        "top_p": args.top_p if temperature > 0 else 1.0, "group_size": args.group_size,
+        "batch_size": args.batch_size, "max_new_tokens": config.rollout.max_new_tokens,
+        "run_seed": config.run.seed, "data_sha256": data["sha256"],
+    }  # fmt: skip
+    return suite, config, run, data
+
+
+def evaluate_suite(args: Any, overrides: list[str], parser: Any) -> int:
+    """Runs ``gigpo-evaluate --suite`` (see the module docstring); returns the exit code."""
+    from tqdm import tqdm
+
+    from training.cli.suite_run import code_version, play_suite, suite_tasks
+    from training.cli.suite_table import markdown_table, summarize
+
+    out = Path(args.out)
+    try:
+        suite, config, run, data = suite_config(args, overrides)
+        tasks = suite_tasks(suite)
+        total = len(tasks)
+        if args.max_episodes:
+            tasks = first_of_each_part(tasks, args.max_episodes)
+        out.mkdir(parents=True, exist_ok=True)
+        _check_run(out, run)
+    except (ConfigError, ValueError) as exc:
+        parser.error(str(exc))
+    atomic_write_text(out / "data_manifest.json", json.dumps(data, indent=1) + "\n")
+    try:
+        from training.cli.evaluate import load_policy
+
+        policy, tokenizer, path = load_policy(args.model, config, out)
+    except (FileNotFoundError, RuntimeError, ValueError) as exc:
+        parser.error(str(exc))
+    bar = tqdm(total=len(tasks), desc=suite.name, unit="task", file=sys.stderr, disable=None)
+    with _compute(config, policy):
+        rows = play_suite(
+            policy, tokenizer, config, suite, tasks, out,
+            temperature=run["temperature"], top_p=run["top_p"], group_size=run["group_size"],
+            batch_size=run["batch_size"], progress=bar.update,
+        )  # fmt: skip
+    bar.close()
+    summary = {
+        **run,
+        "layout": suite.layout,
+        "description": suite.description,
+        "data": {"sha256": data["sha256"], "pinned": data["pinned"], "files": len(data["files"])},
+        "commit": code_version(),
+        "model_dir": str(path),
+        "env_id": suite.env["id"],
+        "complete": len(tasks) == total,
+        "tasks_total": total,
+        **summarize(suite.layout, [p.name for p in suite.parts], rows),
+    }
+    if suite.env["id"] == "gigpo/WebShop-v0":
+        from gigpo_envs.webshop.nouns import noun_tagger
+
+        summary["noun_tagger"] = noun_tagger("auto").name
+    table = markdown_table([summary])
+    atomic_write_text(out / "summary.json", json.dumps(summary, indent=1) + "\n")
+    atomic_write_text(out / "table.md", table)
+    print(table, end="")
+    return 0
+
+
+def first_of_each_part(tasks: list[dict[str, Any]], n: int) -> list[dict[str, Any]]:
+    """The first ``n`` tasks of each part, in order (``--max-episodes``)."""
+    taken: dict[str, int] = {}
+    kept = []
+    for task in tasks:
+        taken[task["part"]] = taken.get(task["part"], 0) + 1
+        if taken[task["part"]] <= n:
+            kept.append(task)
+    return kept
+
+
+def _check_run(out: Path, run: dict[str, Any]) -> None:
+    """Writes ``run.json``, or checks that a folder's earlier run had the same settings."""
+    path = out / "run.json"
+    if path.is_file():
+        try:
+            earlier = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise SuiteError(f"{path} is not a run file ({exc}); use another --out") from exc
+        differ = [k for k in RUN_KEYS if earlier.get(k) != run.get(k)]
+        if differ:
+            raise SuiteError(
+                f"--out {out} holds a run with other settings ({', '.join(differ)}: "
+                + ", ".join(f"{earlier.get(k)!r} there, {run.get(k)!r} now" for k in differ)
+                + "); use another --out, or delete it to start over"
+            )
+        return
+    if (out / "episodes.jsonl").exists():
+        raise SuiteError(f"--out {out} holds episodes of another command; use another --out")
+    atomic_write_text(path, json.dumps(run, indent=1) + "\n")
+
+
+class _compute:
+    """The trainer's compute setup around play: threads, dtype, autocast."""
+
+    def __init__(self, config: Any, policy: Any) -> None:
+        self.config, self.policy = config, policy
+
+    def __enter__(self) -> None:
+        from training.local.allocator import keep_freed_memory
+        from training.local.precision import compute, prepare_models, resolve_compute_dtype
+        from training.local.threads import ThreadGovernor
+
+        if self.config.run.keep_freed_memory:
+            keep_freed_memory()
+        ThreadGovernor(self.config.run.threads).update()
+        dtype, _ = resolve_compute_dtype(self.config.model.compute_dtype, self.config.model.device)
+        prepare_models(dtype, self.config.model.device, self.policy)
+        self._context = compute(dtype, self.config.model.device)
+        self._context.__enter__()
+
+    def __exit__(self, *exc: Any) -> None:
+        self._context.__exit__(*exc)

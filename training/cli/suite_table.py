@@ -1,0 +1,174 @@
+"""A suite's numbers in the paper's layout: per-column cells with 95% intervals, as
+``summary.json`` and a markdown table; ``--compare`` puts several runs in one table.
+
+Columns by layout (the GiGPO paper's tables):
+
+* ``alfworld``: success (%) for All and each task type: Pick, Look, Clean, Heat, Cool, Pick2;
+* ``webshop``: Score (the mean purchase score x 100) and Success (%);
+* ``searchqa``: exact match (%) per dataset (the suite's parts) and Avg, their mean.
+
+A cell is ``value [low, high] n=tasks``. With one episode per task a success rate's
+interval is Wilson's; a score's, and any cell of a run with ``--group-size G > 1``, is the
+t interval over per-task means (episodes of one task are not independent). Avg's interval
+combines its parts' standard errors (normal approximation).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from training.cli.suites import SuiteError
+from training.stats import Z95, mean_ci, wilson_interval
+
+#: ALFWorld's task types as the paper's columns.
+ALFWORLD_COLUMNS = {
+    "pick_and_place_simple": "Pick",
+    "look_at_obj_in_light": "Look",
+    "pick_clean_then_place_in_recep": "Clean",
+    "pick_heat_then_place_in_recep": "Heat",
+    "pick_cool_then_place_in_recep": "Cool",
+    "pick_two_obj_and_place": "Pick2",
+}
+
+
+def cell(values_by_task: list[list[float]], proportion: bool) -> dict[str, Any]:
+    """``{"value", "low", "high", "tasks", "episodes"}`` in percent for per-episode values
+    (0/1 for a proportion, else scores in [0, 1]) grouped by task."""
+    if not values_by_task:
+        return {"value": None, "low": None, "high": None, "tasks": 0, "episodes": 0}
+    flat = [v for task in values_by_task for v in task]
+    value = float(np.mean(flat))
+    if proportion and all(len(task) == 1 for task in values_by_task):
+        low, high = wilson_interval(int(round(sum(flat))), len(flat))
+    else:
+        mean, half = mean_ci([float(np.mean(task)) for task in values_by_task])
+        low, high = max(0.0, mean - half), min(1.0, mean + half)
+    return {"value": 100 * value, "low": 100 * low, "high": 100 * high,
+            "tasks": len(values_by_task), "episodes": len(flat)}  # fmt: skip
+
+
+def summarize(layout: str, parts: list[str], rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The suite's cells (``columns``: name -> :func:`cell`) and overall numbers from its
+    episode rows (:func:`training.cli.suite_run.play_suite`)."""
+    by_task: dict[int, list[dict[str, Any]]] = {}
+    for row in rows:
+        by_task.setdefault(row["task_index"], []).append(row)
+    groups = list(by_task.values())
+
+    def won(keep: Any) -> list[list[float]]:
+        return [[float(r["won"]) for r in g] for g in groups if keep(g[0])]
+
+    columns: dict[str, dict[str, Any]] = {}
+    if layout == "alfworld":
+        columns["All"] = cell(won(lambda r: True), True)
+        for task_type, name in ALFWORLD_COLUMNS.items():
+            columns[name] = cell(won(lambda r, t=task_type: r["column"] == t), True)
+    elif layout == "webshop":
+        columns["Score"] = cell([[r["return"] for r in g] for g in groups], False)
+        columns["Success"] = cell(won(lambda r: True), True)
+    else:
+        for part in parts:
+            columns[part] = cell(won(lambda r, p=part: r["part"] == p), True)
+        columns["Avg"] = _average([columns[p] for p in parts])
+    steps = sum(r["length"] for r in rows)
+    return {
+        "columns": columns,
+        "success_rate": float(np.mean([r["won"] for r in rows])) if rows else None,
+        "mean_return": float(np.mean([r["return"] for r in rows])) if rows else None,
+        "valid_action_rate": sum(r["valid_steps"] for r in rows) / steps if steps else None,
+        "mean_episode_length": steps / len(rows) if rows else None,
+        "episodes": len(rows),
+        "tasks": len(groups),
+        "steps": steps,
+        # GiGPO's own statistic: the share of step records whose state recurs in its group.
+        "step_group_coverage": (sum(r["recurring_steps"] for r in rows) / steps
+                                if steps and any(r["sample"] > 0 for r in rows) else None),
+    }  # fmt: skip
+
+
+def format_cell(c: dict[str, Any]) -> str:
+    if c.get("value") is None:
+        return "-"
+    if c.get("low") is None:
+        return f"{c['value']:.1f}"
+    return f"{c['value']:.1f} [{c['low']:.1f}, {c['high']:.1f}] n={c['tasks']}"
+
+
+def row_label(summary: dict[str, Any]) -> list[str]:
+    decoding = "greedy" if summary["temperature"] == 0 else f"T={summary['temperature']:g}"
+    if summary.get("group_size", 1) > 1:
+        decoding += f" x{summary['group_size']}"
+    return [str(summary["model"]), summary["prompt"], decoding]
+
+
+def markdown_table(summaries: list[dict[str, Any]]) -> str:
+    """One markdown table: a row per summary (same suite), the layout's columns, and a
+    line under it naming the suite, its data hash and each run's commit."""
+    first = summaries[0]
+    names = list(first["columns"])
+    extra = ["states recur"] if any(s.get("step_group_coverage") is not None
+                                    for s in summaries) else []  # fmt: skip
+    head = ["model", "prompt", "decoding", *names, *extra]
+    lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+    for s in summaries:
+        cells = [format_cell(s["columns"].get(n, {})) for n in names]
+        if extra:
+            coverage = s.get("step_group_coverage")
+            cells.append("-" if coverage is None else f"{100 * coverage:.1f}%")
+        lines.append("| " + " | ".join([*row_label(s), *cells]) + " |")
+    partial = [s["model"] for s in summaries if not s.get("complete", True)]
+    lines.append("")
+    lines.append(
+        f"Suite `{first['suite']}` v{first['suite_version']}, data sha256 "
+        f"`{first['data']['sha256'][:12]}`"
+        + ("" if first["data"]["pinned"] else " (hashed at run time, not pinned)")
+        + "; commits: "
+        + ", ".join(sorted({f"`{s['commit']}`" for s in summaries}))
+        + ". Cells: % [95% interval] n=tasks."
+        + (f" Partial runs (--max-episodes): {', '.join(partial)}." if partial else "")
+    )
+    return "\n".join(lines) + "\n"
+
+
+def compare(dirs: list[str | Path]) -> str:
+    """The table of several runs' ``summary.json`` (one suite, one data hash).
+
+    Raises:
+        SuiteError: a folder without a suite summary, or runs of different suites or data.
+    """
+    summaries: list[dict[str, Any]] = []
+    keys: tuple[Any, ...] = ()
+    for d in dirs:
+        path = Path(d) / "summary.json"
+        try:
+            summary = json.loads(path.read_text(encoding="utf-8"))
+            key = (summary["suite"], summary["suite_version"], summary["data"]["sha256"])
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise SuiteError(f"--compare {d}: no suite summary in {path} ({exc})") from exc
+        if summaries and key != keys:
+            raise SuiteError(
+                f"--compare {d}: suite {key[0]} v{key[1]} on data {key[2][:12]} is not what "
+                f"{dirs[0]} measured ({keys[0]} v{keys[1]} on data {keys[2][:12]})"
+            )
+        keys = key
+        summaries.append(summary)
+    if not summaries:
+        raise SuiteError("--compare needs at least one run folder")
+    return markdown_table(summaries)
+
+
+def _average(cells: list[dict[str, Any]]) -> dict[str, Any]:
+    """The mean of the cells' values; its interval from their standard errors."""
+    present = [c for c in cells if c["value"] is not None]
+    if not present:
+        return {"value": None, "low": None, "high": None, "tasks": 0, "episodes": 0}
+    value = float(np.mean([c["value"] for c in present]))
+    se = math.sqrt(sum(((c["high"] - c["low"]) / (2 * Z95)) ** 2 for c in present)) / len(present)
+    return {"value": value, "low": max(0.0, value - Z95 * se), "high": min(100.0, value + Z95 * se),
+            "tasks": sum(c["tasks"] for c in present),
+            "episodes": sum(c["episodes"] for c in present)}  # fmt: skip

@@ -1,0 +1,364 @@
+"""Pinned evaluation suites: exactly what ``gigpo-evaluate --suite NAME`` plays.
+
+A suite is a versioned YAML file in ``training/suites/`` (``NAME.yaml``). It fixes the
+env id and kwargs, the tasks (seeds, ALFWorld game paths or every game of a split), the
+step limit, history length, prompt and answer budget, the decoding, and the data it reads
+with a SHA-256 of every file. Before anything is played the files are hashed: a file that
+differs from its pin is an error naming it, so a number always names what it measured.
+
+Data roots are placeholders, resolved here (``--data-dir`` replaces the external ones):
+
+* ``{samples}``: the repository's ``data/samples/`` (the shipped samples);
+* ``{cache}``: ``$GIGPO_SUITE_CACHE/<suite>`` (default ``~/.cache/gigpo/suites/<suite>``),
+  where a suite with a ``data.generate`` entry writes its generated data on first use;
+* ``{alfworld}``: ``$ALFWORLD_DATA`` (else ``~/.cache/alfworld``, ``alfworld-download``'s);
+* ``{webshop}``: ``$WEBSHOP_DATA``; ``{flashrag}``: ``$FLASHRAG_DATA``.
+
+Data nobody could hash when the suite was written (the real ALFWorld splits, WebShop's and
+FlashRAG's files) is pinned by its layout and size (``expect``: the number of games, goals
+or questions) and hashed at run time; the manifest goes into the run's summary, and
+``--data-manifest`` checks a machine's copy against an earlier run's, file by file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from training.local.config import ConfigError, read_yaml
+
+#: Where the shipped suites live.
+SUITES_DIR = Path(__file__).resolve().parents[1] / "suites"
+#: The repository's shipped samples (absent from an installed wheel).
+SAMPLES_DIR = Path(__file__).resolve().parents[2] / "data" / "samples"
+#: Table layouts (columns): see :mod:`training.cli.suite_table`.
+LAYOUTS = ("alfworld", "webshop", "searchqa")
+#: The config keys a suite fixes; ``--section.key`` overrides of them are refused.
+PINNED_KEYS = (
+    "env.id", "env.kwargs", "env.history_length", "env.format_instruction", "env.template",
+    "rollout.max_new_tokens", "rollout.response_prefix", "rollout.stop_text",
+)  # fmt: skip
+_EXTERNAL = {"alfworld": "ALFWORLD_DATA", "webshop": "WEBSHOP_DATA", "flashrag": "FLASHRAG_DATA"}
+_SUITE_KEYS = {"suite", "version", "layout", "description", "env", "rollout", "sampling",
+               "data", "parts"}  # fmt: skip
+_PART_KEYS = {"name", "kwargs", "tasks", "expect"}
+
+
+class SuiteError(ConfigError):
+    """A suite file that does not load, or data that is missing or not what it pins."""
+
+
+@dataclass
+class Part:
+    """One column group of a suite: an env kwargs change and the tasks it plays.
+
+    ``tasks`` is one of ``{"seeds": [...]}``, ``{"count": n}`` (seeds ``0..n-1``),
+    ``{"games": [paths]}`` (ALFWorld: game paths relative to ``data_dir``) or
+    ``{"all_games": true}`` (every game of the split, ``expect`` of them).
+    """
+
+    name: str
+    kwargs: dict[str, Any]
+    tasks: dict[str, Any]
+    expect: int | None = None
+
+
+@dataclass
+class Suite:
+    """A loaded suite file (see the module docstring); ``path`` is where it was read."""
+
+    name: str
+    version: int
+    layout: str
+    description: str
+    env: dict[str, Any]
+    rollout: dict[str, Any]
+    sampling: dict[str, float]
+    data: dict[str, Any]
+    parts: list[Part]
+    path: Path
+    roots: dict[str, Path | str] = field(default_factory=dict)
+
+    def overrides(self) -> list[str]:
+        """``--section.key=value`` overrides that put the suite's settings into a config
+        (the env kwargs of its first part; :func:`set_roots` first)."""
+        values = {
+            "env.id": self.env["id"],
+            "env.kwargs": self.part_kwargs(self.parts[0]),
+            "env.history_length": self.env.get("history_length", 2),
+            "env.format_instruction": self.env.get("format_instruction"),
+            "env.template": self.env.get("template") or {},
+            "env.heldout_fraction": 0.0,
+            **{f"rollout.{k}": v for k, v in self.rollout.items()},
+        }
+        return [f"--{key}={json.dumps(value)}" for key, value in values.items()]
+
+    def part_kwargs(self, part: Part) -> dict[str, Any]:
+        """The env kwargs of ``part``, with the data roots put in."""
+        return self.resolve({**self.env.get("kwargs", {}), **part.kwargs})
+
+    def resolve(self, value: Any) -> Any:
+        """``value`` with every ``{root}`` placeholder replaced by its directory."""
+        if isinstance(value, str):
+            for name, root in self.roots.items():
+                value = value.replace("{" + name + "}", str(root))
+            return value
+        if isinstance(value, dict):
+            return {k: self.resolve(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [self.resolve(v) for v in value]
+        return value
+
+
+def suite_names() -> list[str]:
+    """The shipped suites, by name."""
+    return sorted(p.stem for p in SUITES_DIR.glob("*.yaml"))
+
+
+def load_suite(name: str | Path) -> Suite:
+    """Reads and checks a suite: a shipped name (``alfworld-gen-v1``) or a YAML file.
+
+    Raises:
+        SuiteError: an unknown name, a file that is not a suite, or a bad key (named with
+            its dotted path).
+    """
+    path = Path(name)
+    if not path.suffix:
+        path = SUITES_DIR / f"{name}.yaml"
+        if not path.is_file():
+            raise SuiteError(f"unknown suite {str(name)!r}; shipped suites: {suite_names()}")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SuiteError(f"cannot read the suite file {path}: {exc}") from exc
+    try:
+        raw = read_yaml(text, str(path))
+    except Exception as exc:  # yaml's scanner and parser errors, our depth and alias checks
+        raise SuiteError(f"{path} is not valid YAML: {exc}") from exc
+    if not isinstance(raw, dict):
+        raise SuiteError(f"{path}: a suite file is a mapping, got {type(raw).__name__}")
+    _keys(raw, _SUITE_KEYS, {"suite", "version", "layout", "env", "parts"}, "", path)
+    if raw["layout"] not in LAYOUTS:
+        raise SuiteError(f"{path}: layout must be one of {LAYOUTS}, got {raw['layout']!r}")
+    env = _mapping(raw["env"], "env", path)
+    if not isinstance(env.get("id"), str):
+        raise SuiteError(f"{path}: env.id must be a string")
+    if not isinstance(raw["version"], int) or isinstance(raw["version"], bool):
+        raise SuiteError(f"{path}: version must be an int")
+    sampling = _mapping(raw.get("sampling", {}), "sampling", path)
+    _keys(sampling, {"temperature", "top_p"}, set(), "sampling.", path)
+    parts = raw["parts"]
+    if not isinstance(parts, list) or not parts:
+        raise SuiteError(f"{path}: parts must be a non-empty list")
+    loaded = []
+    for i, part in enumerate(parts):
+        part = _mapping(part, f"parts[{i}]", path)
+        _keys(part, _PART_KEYS, {"name", "tasks"}, f"parts[{i}].", path)
+        tasks = _mapping(part["tasks"], f"parts[{i}].tasks", path)
+        if len(tasks) != 1 or next(iter(tasks)) not in ("seeds", "count", "games", "all_games"):
+            raise SuiteError(
+                f"{path}: parts[{i}].tasks must be one of seeds, count, games, all_games"
+            )
+        loaded.append(
+            Part(
+                str(part["name"]),
+                _mapping(part.get("kwargs", {}), f"parts[{i}].kwargs", path),
+                tasks,
+                part.get("expect"),
+            )  # fmt: skip
+        )
+    suite = Suite(
+        name=str(raw["suite"]),
+        version=raw["version"],
+        layout=raw["layout"],
+        description=str(raw.get("description", "")),
+        env=env,
+        rollout=_mapping(raw.get("rollout", {}), "rollout", path),
+        sampling={
+            "temperature": float(sampling.get("temperature", 0.0)),
+            "top_p": float(sampling.get("top_p", 1.0)),
+        },  # fmt: skip
+        data=_mapping(raw.get("data", {}), "data", path),
+        parts=loaded,
+        path=path,
+    )
+    _keys(suite.data, {"generate", "files", "read"}, set(), "data.", path)
+    return suite
+
+
+def set_roots(
+    suite: Suite, data_dir: str | Path | None = None, retriever_url: str | None = None
+) -> None:
+    """Fills ``suite.roots``; ``data_dir`` replaces every external root (and ``{samples}``);
+    ``retriever_url`` is ``{retriever}``, the search suites' retrieval server.
+
+    Raises:
+        SuiteError: a suite that searches through a server, without ``retriever_url``.
+    """
+    cache = Path(os.environ.get("GIGPO_SUITE_CACHE", "~/.cache/gigpo/suites")).expanduser()
+    roots = {"cache": cache / suite.name, "samples": SAMPLES_DIR}
+    for name, var in _EXTERNAL.items():
+        default = "~/.cache/alfworld" if name == "alfworld" else ""
+        value = os.environ.get(var, default)
+        roots[name] = Path(value).expanduser() if value else Path(f"${var}-is-not-set")
+    if data_dir is not None:
+        for name in ("samples", *_EXTERNAL):
+            roots[name] = Path(data_dir).expanduser()
+    suite.roots = {k: v.resolve() if v.is_absolute() or v.exists() else v for k, v in roots.items()}
+    if "{retriever}" in json.dumps(suite.env):
+        if not retriever_url:
+            raise SuiteError(
+                f"suite {suite.name} searches through a retrieval server: pass --retriever-url "
+                "URL (e.g. python -m retrieval_server serve ..., see docs/retrieval.md)"
+            )
+        suite.roots["retriever"] = retriever_url  # type: ignore[assignment]
+
+
+def prepare_data(suite: Suite) -> dict[str, Any]:
+    """Generates the suite's data if it has a recipe and none is there yet, then hashes
+    every file it reads and checks each one it pins.
+
+    Returns:
+        ``{"sha256": digest of the manifest, "files": {path: sha256}, "pinned": bool}``;
+        paths are relative to the data root they sit in, prefixed with its name.
+
+    Raises:
+        SuiteError: a missing file (with how to get it), or one whose hash is not its pin.
+    """
+    if "generate" in suite.data:
+        _generate(suite, suite.data["generate"])
+    pins: dict[str, str] | None = suite.data.get("files")
+    if pins is not None:
+        files = {name: _root_path(suite, name) for name in pins}
+    else:
+        files = {}
+        for pattern in suite.data.get("read", []):
+            files.update(_read_files(suite, pattern))
+    manifest = {}
+    for name, path in sorted(files.items()):
+        if not path.is_file():
+            raise SuiteError(f"suite {suite.name}: data file {path} is missing; {_hint(suite)}")
+        manifest[name] = file_sha256(path)
+        if pins is not None and manifest[name] != pins[name]:
+            raise SuiteError(
+                f"suite {suite.name}: data file {path} changed: sha256 {manifest[name]} is not "
+                f"the suite's pin {pins[name]}; the suite measures the pinned data only"
+            )
+    return {"sha256": manifest_sha256(manifest), "files": manifest, "pinned": pins is not None}
+
+
+def check_manifest(manifest: dict[str, str], expected_path: str | Path) -> None:
+    """Raises :class:`SuiteError` naming the first file whose hash differs from
+    ``expected_path``'s (a ``data_manifest.json`` an earlier run wrote)."""
+    try:
+        expected = json.loads(Path(expected_path).read_text(encoding="utf-8"))["files"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise SuiteError(f"--data-manifest {expected_path}: not a data manifest ({exc})") from exc
+    for name in sorted(set(expected) | set(manifest)):
+        if expected.get(name) != manifest.get(name):
+            what = "missing here" if name not in manifest else (
+                "not in the manifest" if name not in expected else "changed")  # fmt: skip
+            raise SuiteError(f"data file {name} {what} (checked against {expected_path})")
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def manifest_sha256(manifest: dict[str, str]) -> str:
+    """One digest of a ``{path: sha256}`` manifest (sorted ``path\\tsha256`` lines)."""
+    text = "".join(f"{name}\t{digest}\n" for name, digest in sorted(manifest.items()))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+# ----------------------------------------------------------------------------- internals
+
+
+def _keys(raw: dict, allowed: set[str], required: set[str], prefix: str, path: Path) -> None:
+    for key in raw:
+        if key not in allowed:
+            raise SuiteError(f"{path}: unknown key {prefix}{key}; expected {sorted(allowed)}")
+    for key in sorted(required - set(raw)):
+        raise SuiteError(f"{path}: missing key {prefix}{key}")
+
+
+def _mapping(value: Any, key: str, path: Path) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise SuiteError(f"{path}: {key} must be a mapping, got {type(value).__name__}")
+    return value
+
+
+def _root_path(suite: Suite, name: str) -> Path:
+    root, _, rest = name.partition("/")
+    if root not in suite.roots:
+        raise SuiteError(f"suite {suite.name}: data path {name!r} starts with no data root")
+    return Path(suite.roots[root]) / rest
+
+
+def _read_files(suite: Suite, pattern: str) -> dict[str, Path]:
+    """The files an unpinned ``data.read`` entry names: ``root/path`` or ``root/glob``."""
+    root_name, _, rest = pattern.partition("/")
+    root = suite.roots.get(root_name)
+    if not isinstance(root, Path):
+        raise SuiteError(f"suite {suite.name}: data.read {pattern!r} starts with no data root")
+    if not any(c in rest for c in "*?["):
+        return {pattern: root / rest}
+    found = {f"{root_name}/{p.relative_to(root).as_posix()}": p for p in root.glob(rest)}
+    if not found:
+        raise SuiteError(f"suite {suite.name}: no file matches {root / rest}; {_hint(suite)}")
+    return found
+
+
+def _hint(suite: Suite) -> str:
+    hints = {
+        "alfworld": "run `alfworld-download` (or set $ALFWORLD_DATA, or pass --data-dir)",
+        "webshop": "put WebShop's items_shuffle_1000.json, items_ins_v2_1000.json and "
+        "items_human_ins.json in $WEBSHOP_DATA (or pass --data-dir)",
+        "flashrag": "set $FLASHRAG_DATA to FlashRAG's dataset folder (<dataset>/<split>.jsonl) "
+        "or pass --data-dir",
+        "samples": "the sample suites read the repository's data/samples/ (or --data-dir)",
+        "cache": "remove the cache folder to generate it again",
+    }
+    used = json.dumps([suite.env, suite.data, [p.kwargs for p in suite.parts]])
+    return "; ".join(text for name, text in hints.items() if "{" + name + "}" in used
+                     or f'"{name}/' in used) or "see docs/evaluation.md"  # fmt: skip
+
+
+def _generate(suite: Suite, recipe: dict[str, Any]) -> None:
+    """Writes generated data into ``{cache}`` once (in a temporary folder, then renamed,
+    so a crash or a second process never leaves half a tree)."""
+    target = Path(suite.roots["cache"])
+    if target.is_dir():
+        return
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+    try:
+        kind = recipe.get("kind")
+        if kind == "alfworld":
+            from gigpo_envs.alfworld.generate import generate_games
+
+            generate_games(staging, int(recipe["num_games"]), seed=int(recipe["seed"]),
+                           split=str(recipe["split"]))  # fmt: skip
+        elif kind == "webshop":
+            from gigpo_envs.webshop.catalog import write_catalog
+
+            write_catalog(staging / "webshop", int(recipe["num_products"]), int(recipe["seed"]))
+        else:
+            raise SuiteError(f"suite {suite.name}: data.generate.kind {kind!r} is unknown")
+        try:
+            staging.rename(target)
+        except OSError:
+            if not target.is_dir():  # another process finished first: theirs is the same
+                raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
