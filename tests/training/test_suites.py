@@ -6,6 +6,7 @@ are, runs resume, groups report how often states recur, and bad commands are err
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from collections import Counter
 from pathlib import Path
@@ -264,7 +265,8 @@ def test_webshop_test_on_a_fake_webshop_data_folder(tiny_model_dir, tmp_path, mo
     summary, rows, _ = _evaluate(tmp_path, tiny_model_dir, "--suite", "webshop-test",
                                  "--max-episodes", 2, "--max-new-tokens", 4)  # fmt: skip
     assert summary["tasks_total"] == 500 and summary["data"]["files"] == 3
-    assert list(summary["columns"]) == ["Score", "Success"] and "noun_tagger" in summary
+    assert list(summary["columns"]) == ["Score", "Success"]
+    assert summary["env_kwargs"]["WebShop"]["noun_tagger"] == "spacy"  # the original's reward
     # Files with fewer than 500 goals: an error, not a replay of the first ones.
     small = tmp_path / "small"
     paths = write_catalog(tmp_path / "generated-small", num_products=120, seed=1)
@@ -333,6 +335,81 @@ def test_bad_suite_commands_are_errors_naming_what(tiny_model_dir, tmp_path, cap
     assert "unknown key extra" in _error(capsys, *model, "--suite", bad)
     bad.write_text("suite: [unclosed\n")
     assert "is not valid YAML" in _error(capsys, *model, "--suite", bad)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"tasks": {"count": "x"}}, "parts[0].tasks.count must be an int >= 1"),
+        ({"tasks": {"all_games": False}}, "parts[0].tasks.all_games must be true"),
+        ({"tasks": {"seeds": []}}, "parts[0].tasks.seeds must be a non-empty list"),
+        ({"expect": "a"}, "parts[0].expect must be an int >= 1"),
+        ({"kwargs": {"dataset": "{nowhere}/q.jsonl"}}, "unknown placeholder {nowhere}"),
+        ({"kwargs": [1]}, "parts[0].kwargs must be a mapping"),
+    ],
+)
+def test_malformed_suite_files_name_the_key(tmp_path, change, message):
+    raw = {"suite": "mine", "version": 1, "layout": "searchqa",
+           "env": {"id": "gigpo/SearchQA-v0", "kwargs": {}},
+           "parts": [{"name": "NQ", "tasks": {"count": 2}, **change}]}  # fmt: skip
+    path = tmp_path / "mine.yaml"
+    path.write_text(json.dumps(raw))  # JSON is YAML
+    with pytest.raises(SuiteError, match=re.escape(message)):
+        load_suite(path)
+
+
+def test_suite_files_need_their_own_name_and_distinct_parts(tmp_path):
+    raw = {"suite": "other", "version": 1, "layout": "searchqa", "env": {"id": "x"},
+           "parts": [{"name": "NQ", "tasks": {"count": 2}}]}  # fmt: skip
+    path = tmp_path / "mine.yaml"
+    path.write_text(json.dumps(raw))
+    with pytest.raises(SuiteError, match="suite must be the file's name"):
+        load_suite(path)
+    raw.update(suite="mine", parts=raw["parts"] * 2)
+    path.write_text(json.dumps(raw))
+    with pytest.raises(SuiteError, match="'NQ' is used twice"):
+        load_suite(path)
+    raw.update(parts=raw["parts"][:1], sampling={"temperature": "hot"})
+    path.write_text(json.dumps(raw))
+    with pytest.raises(SuiteError, match="sampling.temperature must be a number"):
+        load_suite(path)
+
+
+def test_a_quick_look_then_more_reuses_its_rows(tiny_model_dir, tmp_path):
+    args = ("--suite", "searchqa-sample", "--max-new-tokens", 4)
+    first, first_rows, out = _evaluate(tmp_path, tiny_model_dir, *args, "--max-episodes", 2)
+    more, more_rows, _ = _evaluate(tmp_path, tiny_model_dir, *args, "--max-episodes", 3)
+    # Task positions are the suite's: NQ 0.., HotpotQA from 17, Bamboogle from 217.
+    assert [r["task_index"] for r in first_rows] == [0, 1, 17, 18, 217, 218]
+    assert sorted(r["task_index"] for r in more_rows) == [0, 1, 2, 17, 18, 19, 217, 218, 219]
+    assert [r for r in more_rows if r["task_index"] in (0, 1, 17, 18, 217, 218)] == first_rows
+    assert more["columns"]["NQ"]["tasks"] == 3 and not more["complete"]
+    # A folder whose rows are not this suite's tasks is refused, not mixed in.
+    path = out / "episodes.jsonl"
+    rows = path.read_text().splitlines()
+    row = json.loads(rows[0])
+    rows[0] = json.dumps({**row, "seed": row["seed"] + 5})
+    path.write_text("\n".join(rows) + "\n")
+    with pytest.raises(SystemExit):
+        main(["--model", str(tiny_model_dir), "--out", str(out), *map(str, args)])
+    # A line broken in the middle of the file (not a cut last write) is an error too.
+    rows[0] = "{not json"
+    path.write_text("\n".join(rows) + "\n")
+    with pytest.raises(SuiteError, match="line 1 is not the episode row"):
+        read_rows(path)
+
+
+def test_one_folder_one_writer(tiny_model_dir, tmp_path, capsys):
+    import fcntl
+
+    out = tmp_path / "busy"
+    out.mkdir()
+    with open(out / ".lock", "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        err = _error(capsys, "--model", tiny_model_dir, "--out", out, "--suite",
+                     "searchqa-sample", "--max-episodes", 1)  # fmt: skip
+    assert "in use by another gigpo-evaluate" in err
+    assert "take no --suite" in _error(capsys, "--compare", out, "--suite", "searchqa-sample")
 
 
 def test_a_folder_of_another_run_is_not_mixed_into(tiny_model_dir, tmp_path, capsys):

@@ -202,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--episodes", type=int, default=None, help="default: eval.groups")
     parser.add_argument("--temperature", type=float, default=None, help="0: greedy (default)")
-    parser.add_argument("--top-p", type=float, default=1.0)
+    parser.add_argument("--top-p", type=float, default=None, help="default 1.0 (or the suite's)")
     parser.add_argument("--prompt", choices=PROMPTS, default="template")
     parser.add_argument("--max-new-tokens", type=int, default=None)
     parser.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE)
@@ -238,6 +238,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     args, overrides = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
     if args.list_suites or args.compare:
+        if args.suite or args.model:
+            parser.error("--list-suites and --compare take no --suite or --model")
         return _suite_tools(args, parser)
     if args.model is None:
         parser.error("the following arguments are required: --model")
@@ -253,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
         settings = EvalSettings(
             episodes=config.eval.groups if args.episodes is None else args.episodes,
             temperature=(config.eval.temperature if args.temperature is None else args.temperature),
-            top_p=args.top_p,
+            top_p=1.0 if args.top_p is None else args.top_p,
             prompt=args.prompt,
             max_new_tokens=args.max_new_tokens,
             batch_size=args.batch_size,

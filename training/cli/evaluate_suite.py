@@ -32,7 +32,8 @@ from training.local.config import ConfigError
 
 #: ``run.json`` keys that a resumed run must repeat.
 RUN_KEYS = ("suite", "suite_version", "data_sha256", "model", "prompt", "temperature",
-            "top_p", "group_size", "batch_size", "max_new_tokens", "run_seed")  # fmt: skip
+            "top_p", "group_size", "batch_size", "max_new_tokens", "run_seed", "overrides",
+            "retriever_url")  # fmt: skip
 
 
 def suite_config(args: Any, overrides: list[str]) -> tuple[Any, Any, dict[str, Any], Any]:
@@ -68,8 +69,9 @@ def suite_config(args: Any, overrides: list[str]) -> tuple[Any, Any, dict[str, A
     if args.data_manifest:
         check_manifest(data["files"], args.data_manifest)
     config = _config(args.model, args.config, [*overrides, *suite.overrides()])
+    top_p = suite.sampling["top_p"] if args.top_p is None else args.top_p
     settings = EvalSettings(
-        episodes=1, temperature=temperature, top_p=args.top_p, prompt=args.prompt,
+        episodes=1, temperature=temperature, top_p=top_p, prompt=args.prompt,
         max_new_tokens=args.max_new_tokens, batch_size=args.batch_size,
     )  # fmt: skip
     settings.check()
@@ -77,9 +79,11 @@ def suite_config(args: Any, overrides: list[str]) -> tuple[Any, Any, dict[str, A
     run = {
         "suite": suite.name, "suite_version": suite.version, "model": args.model,
         "prompt": args.prompt, "temperature": temperature,
-        "top_p": args.top_p if temperature > 0 else 1.0, "group_size": args.group_size,
+        "top_p": top_p if temperature > 0 else 1.0, "group_size": args.group_size,
         "batch_size": args.batch_size, "max_new_tokens": config.rollout.max_new_tokens,
-        "run_seed": config.run.seed, "data_sha256": data["sha256"],
+        "suite_max_new_tokens": suite.rollout.get("max_new_tokens"),
+        "run_seed": config.run.seed, "data_sha256": data["sha256"], "overrides": overrides,
+        "retriever_url": args.retriever_url,
     }  # fmt: skip
     return suite, config, run, data
 
@@ -95,28 +99,34 @@ def evaluate_suite(args: Any, overrides: list[str], parser: Any) -> int:
     try:
         suite, config, run, data = suite_config(args, overrides)
         tasks = suite_tasks(suite)
-        total = len(tasks)
+        selected = list(range(len(tasks)))
         if args.max_episodes:
-            tasks = first_of_each_part(tasks, args.max_episodes)
+            selected = first_of_each_part(tasks, args.max_episodes)
         out.mkdir(parents=True, exist_ok=True)
+        lock = _lock(out)
         _check_run(out, run)
-    except (ConfigError, ValueError) as exc:
+        atomic_write_text(out / "data_manifest.json", json.dumps(data, indent=1) + "\n")
+    except (ConfigError, ValueError, OSError) as exc:
         parser.error(str(exc))
-    atomic_write_text(out / "data_manifest.json", json.dumps(data, indent=1) + "\n")
     try:
         from training.cli.evaluate import load_policy
 
         policy, tokenizer, path = load_policy(args.model, config, out)
     except (FileNotFoundError, RuntimeError, ValueError) as exc:
         parser.error(str(exc))
-    bar = tqdm(total=len(tasks), desc=suite.name, unit="task", file=sys.stderr, disable=None)
-    with _compute(config, policy):
-        rows = play_suite(
-            policy, tokenizer, config, suite, tasks, out,
-            temperature=run["temperature"], top_p=run["top_p"], group_size=run["group_size"],
-            batch_size=run["batch_size"], progress=bar.update,
-        )  # fmt: skip
-    bar.close()
+    bar = tqdm(total=len(selected), desc=suite.name, unit="task", file=sys.stderr, disable=None)
+    try:
+        with _compute(config, policy):
+            rows = play_suite(
+                policy, tokenizer, config, suite, tasks, selected, out,
+                temperature=run["temperature"], top_p=run["top_p"],
+                group_size=run["group_size"], batch_size=run["batch_size"], progress=bar.update,
+            )  # fmt: skip
+    except SuiteError as exc:
+        parser.error(str(exc))
+    finally:
+        bar.close()
+        lock.close()
     summary = {
         **run,
         "layout": suite.layout,
@@ -125,14 +135,11 @@ def evaluate_suite(args: Any, overrides: list[str], parser: Any) -> int:
         "commit": code_version(),
         "model_dir": str(path),
         "env_id": suite.env["id"],
-        "complete": len(tasks) == total,
-        "tasks_total": total,
+        "env_kwargs": {p.name: suite.part_kwargs(p) for p in suite.parts},
+        "complete": len(selected) == len(tasks),
+        "tasks_total": len(tasks),
         **summarize(suite.layout, [p.name for p in suite.parts], rows),
     }
-    if suite.env["id"] == "gigpo/WebShop-v0":
-        from gigpo_envs.webshop.nouns import noun_tagger
-
-        summary["noun_tagger"] = noun_tagger("auto").name
     table = markdown_table([summary])
     atomic_write_text(out / "summary.json", json.dumps(summary, indent=1) + "\n")
     atomic_write_text(out / "table.md", table)
@@ -140,15 +147,29 @@ def evaluate_suite(args: Any, overrides: list[str], parser: Any) -> int:
     return 0
 
 
-def first_of_each_part(tasks: list[dict[str, Any]], n: int) -> list[dict[str, Any]]:
-    """The first ``n`` tasks of each part, in order (``--max-episodes``)."""
+def first_of_each_part(tasks: list[dict[str, Any]], n: int) -> list[int]:
+    """The positions of the first ``n`` tasks of each part, in order (``--max-episodes``)."""
     taken: dict[str, int] = {}
     kept = []
-    for task in tasks:
+    for i, task in enumerate(tasks):
         taken[task["part"]] = taken.get(task["part"], 0) + 1
         if taken[task["part"]] <= n:
-            kept.append(task)
+            kept.append(i)
     return kept
+
+
+def _lock(out: Path) -> Any:
+    """An exclusive lock on ``out`` for this process (released when the file closes)."""
+    import fcntl
+
+    handle = open(out / ".lock", "w")  # noqa: SIM115  (held until the run ends)
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        handle.close()
+        raise SuiteError(f"--out {out} is in use by another gigpo-evaluate; wait for it or "
+                         "use another --out") from exc  # fmt: skip
+    return handle
 
 
 def _check_run(out: Path, run: dict[str, Any]) -> None:

@@ -83,6 +83,7 @@ def play_suite(
     config: TrainConfig,
     suite: Suite,
     tasks: list[dict[str, Any]],
+    selected: list[int],
     out: Path,
     *,
     temperature: float,
@@ -91,16 +92,22 @@ def play_suite(
     batch_size: int,
     progress: Callable[[int], None] | None = None,
 ) -> list[dict[str, Any]]:
-    """Plays the tasks not yet in ``out / "episodes.jsonl"`` and appends their rows.
+    """Plays the ``selected`` tasks not yet in ``out / "episodes.jsonl"``, appending rows.
 
     Args:
         config: the run's config with the suite's settings in (see :meth:`Suite.overrides`).
-        tasks: :func:`suite_tasks` (maybe cut to the first ``--max-episodes``).
+        tasks: every task of the suite (:func:`suite_tasks`); a row's ``task_index`` is a
+            position in this list, whatever ``selected`` is.
+        selected: the positions to play (all, or the first ``--max-episodes`` of each part).
         batch_size: episodes generated at once (``batch_size // group_size`` tasks, >= 1).
-        progress: called with the number of tasks each finished batch played.
+        progress: called with the number of tasks already done, then after each batch with
+            the number it played.
 
     Returns:
-        Every episode row for ``tasks`` (earlier runs' and this one's), in task order.
+        The episode rows of the selected tasks (earlier runs' and this one's), in order.
+
+    Raises:
+        SuiteError: an episodes file whose rows are not this suite's tasks, or repeat one.
     """
     import torch
 
@@ -108,9 +115,22 @@ def play_suite(
 
     path = out / "episodes.jsonl"
     done = read_rows(path)
-    finished = {row["task_index"] for row in done}
+    seen: set[tuple[int, int]] = set()
+    for row in done:
+        i = row["task_index"]
+        task = tasks[i] if 0 <= i < len(tasks) else None
+        if task is None or (row["part"], row["seed"]) != (task["part"], task["seed"]):
+            raise SuiteError(f"{path}: a row of task {i} is not this suite's task {i} "
+                             f"({task}); use another --out")  # fmt: skip
+        if (i, row["sample"]) in seen:
+            raise SuiteError(f"{path}: task {i} sample {row['sample']} is there twice")
+        seen.add((i, row["sample"]))
+    finished = {i for i, _ in seen}
+    wanted = set(selected)
+    if progress is not None:
+        progress(len(finished & wanted))
     per_batch = max(1, batch_size // group_size)
-    todo = [i for i in range(len(tasks)) if i not in finished]
+    todo = [i for i in selected if i not in finished]
     for chunk in _chunks(todo, tasks, per_batch):
         part = next(p for p in suite.parts if p.name == tasks[chunk[0]]["part"])
         part_config = copy.deepcopy(config)
@@ -129,25 +149,33 @@ def play_suite(
         done += rows
         if progress is not None:
             progress(len(chunk))
-    done.sort(key=lambda row: (row["task_index"], row["sample"]))
-    return done
+    kept = [row for row in done if row["task_index"] in wanted]
+    return sorted(kept, key=lambda row: (row["task_index"], row["sample"]))
 
 
 def read_rows(path: Path) -> list[dict[str, Any]]:
-    """The episode rows of an earlier run, batch by batch; a batch an interruption cut
-    short is dropped (and the file cut back to the whole batches before it), so that its
-    tasks are played again, in the same batch."""
+    """The episode rows of an earlier run, batch by batch. A batch that an interruption
+    cut short (the file's last rows, maybe with a partial last line) is dropped and the
+    file cut back to the whole batches before it, so that its tasks are played again, in
+    the same batch.
+
+    Raises:
+        SuiteError: a line that is not an episode row anywhere but at the end.
+    """
     if not path.is_file():
         return []
     data = path.read_bytes()
-    rows, good, batch, size = [], 0, [], 0
-    for line in data.splitlines(keepends=True):
-        try:
-            row = json.loads(line)
-        except ValueError:
-            break
-        if not line.endswith(b"\n") or not isinstance(row, dict) or "batch_rows" not in row:
-            break
+    lines = data.splitlines(keepends=True)
+    rows: list[dict[str, Any]] = []
+    batch: list[dict[str, Any]] = []
+    good = size = 0
+    for number, line in enumerate(lines, 1):
+        row = _row(line)
+        if row is None or (batch and row["batch"] != batch[0]["batch"]):
+            if number == len(lines) and row is None:
+                break  # a write cut short: the last line
+            raise SuiteError(f"{path}: line {number} is not the episode row that belongs "
+                             "there; use another --out")  # fmt: skip
         batch.append(row)
         size += len(line)
         if len(batch) == row["batch_rows"]:  # a batch counts only when all of it is there
@@ -155,7 +183,7 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
             good += size
             batch, size = [], 0
     if good < len(data):
-        print(f"{path}: dropped {len(data) - good} bytes after the last whole episode row",
+        print(f"{path}: dropped {len(data) - good} bytes after the last whole batch of rows",
               file=sys.stderr)  # fmt: skip
         with open(path, "r+b") as handle:
             handle.truncate(good)
@@ -168,6 +196,12 @@ def code_version() -> str:
 
     root = Path(__file__).resolve().parents[2]
     try:
+        top = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "--show-toplevel"],
+            capture_output=True, text=True, timeout=10, check=True,
+        ).stdout.strip()  # fmt: skip
+        if Path(top).resolve() != root:  # installed inside someone else's repository
+            raise OSError(f"{root} is not a checkout")
         head = subprocess.run(
             ["git", "-C", str(root), "rev-parse", "--short", "HEAD"],
             capture_output=True, text=True, timeout=10, check=True,
@@ -187,6 +221,23 @@ def code_version() -> str:
 
 
 # ----------------------------------------------------------------------------- internals
+
+
+def _row(line: bytes) -> dict[str, Any] | None:
+    """The episode row a line holds, or None (not JSON, no newline, or fields missing)."""
+    try:
+        row = json.loads(line)
+    except ValueError:
+        return None
+    needed = {"task_index": int, "sample": int, "batch": int, "batch_rows": int, "part": str,
+              "seed": int, "won": bool, "return": float, "length": int}  # fmt: skip
+    if not line.endswith(b"\n") or not isinstance(row, dict):
+        return None
+    for key, kind in needed.items():
+        value = row.get(key)
+        if not isinstance(value, kind) and not (kind is float and isinstance(value, int)):
+            return None
+    return row if row["batch_rows"] >= 1 else None
 
 
 def _task_space(env: Any) -> tuple[int, list[str] | None]:
@@ -255,6 +306,7 @@ def _rows(
             "length": int(rollout.episode_lengths[e]),
             "valid_steps": int(np.sum(np.asarray(records.is_action_valid)[mine])),
             "recurring_steps": int(recurring[mine].sum()),
+            "recurring_later_steps": int(recurring[mine[1:]].sum()),
             "steps": [{"anchor": records.anchors[i], "observation": records.observations[i],
                        "action": records.actions[i],
                        "reward": float(records.rewards[i]),

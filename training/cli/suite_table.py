@@ -7,10 +7,12 @@ Columns by layout (the GiGPO paper's tables):
 * ``webshop``: Score (the mean purchase score x 100) and Success (%);
 * ``searchqa``: exact match (%) per dataset (the suite's parts) and Avg, their mean.
 
-A cell is ``value [low, high] n=tasks``. With one episode per task a success rate's
-interval is Wilson's; a score's, and any cell of a run with ``--group-size G > 1``, is the
-t interval over per-task means (episodes of one task are not independent). Avg's interval
-combines its parts' standard errors (normal approximation).
+A cell is ``value [low, high] n=tasks``. A success rate's interval is Wilson's, over
+episodes when each task is played once; with ``--group-size G > 1`` over tasks, each task
+one trial whose outcome is its share of wins (the G episodes of a task are not
+independent, so counting them as G trials would make the interval too narrow). A score's
+interval is the t interval over per-task means (none for one task). Avg's interval
+combines its parts' standard errors, read off their intervals (normal approximation).
 """
 
 from __future__ import annotations
@@ -43,11 +45,17 @@ def cell(values_by_task: list[list[float]], proportion: bool) -> dict[str, Any]:
         return {"value": None, "low": None, "high": None, "tasks": 0, "episodes": 0}
     flat = [v for task in values_by_task for v in task]
     value = float(np.mean(flat))
+    means = [float(np.mean(task)) for task in values_by_task]
     if proportion and all(len(task) == 1 for task in values_by_task):
         low, high = wilson_interval(int(round(sum(flat))), len(flat))
-    else:
-        mean, half = mean_ci([float(np.mean(task)) for task in values_by_task])
+    elif proportion:  # a group per task: each task one trial, its share of wins its outcome
+        low, high = wilson_interval(sum(means), len(means))  # type: ignore[arg-type]
+    elif len(means) >= 2:
+        mean, half = mean_ci(means)
         low, high = max(0.0, mean - half), min(1.0, mean + half)
+    else:
+        return {"value": 100 * value, "low": None, "high": None, "tasks": 1,
+                "episodes": len(flat)}  # fmt: skip
     return {"value": 100 * value, "low": 100 * low, "high": 100 * high,
             "tasks": len(values_by_task), "episodes": len(flat)}  # fmt: skip
 
@@ -76,6 +84,7 @@ def summarize(layout: str, parts: list[str], rows: list[dict[str, Any]]) -> dict
             columns[part] = cell(won(lambda r, p=part: r["part"] == p), True)
         columns["Avg"] = _average([columns[p] for p in parts])
     steps = sum(r["length"] for r in rows)
+    grouped = steps > 0 and any(r["sample"] > 0 for r in rows)
     return {
         "columns": columns,
         "success_rate": float(np.mean([r["won"] for r in rows])) if rows else None,
@@ -87,7 +96,11 @@ def summarize(layout: str, parts: list[str], rows: list[dict[str, Any]]) -> dict
         "steps": steps,
         # GiGPO's own statistic: the share of step records whose state recurs in its group.
         "step_group_coverage": (sum(r["recurring_steps"] for r in rows) / steps
-                                if steps and any(r["sample"] > 0 for r in rows) else None),
+                                if grouped else None),
+        # The same without each episode's first step (shared by the whole group by design).
+        "step_group_coverage_after_first": (
+            sum(r["recurring_later_steps"] for r in rows) / (steps - len(rows))
+            if grouped and steps > len(rows) else None),
     }  # fmt: skip
 
 
@@ -103,6 +116,9 @@ def row_label(summary: dict[str, Any]) -> list[str]:
     decoding = "greedy" if summary["temperature"] == 0 else f"T={summary['temperature']:g}"
     if summary.get("group_size", 1) > 1:
         decoding += f" x{summary['group_size']}"
+    if summary.get("max_new_tokens") != summary.get("suite_max_new_tokens", summary.get(
+            "max_new_tokens")):  # fmt: skip
+        decoding += f", {summary['max_new_tokens']} tokens"
     return [str(summary["model"]), summary["prompt"], decoding]
 
 
@@ -159,12 +175,15 @@ def compare(dirs: list[str | Path]) -> str:
         summaries.append(summary)
     if not summaries:
         raise SuiteError("--compare needs at least one run folder")
-    return markdown_table(summaries)
+    try:
+        return markdown_table(summaries)
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise SuiteError(f"--compare: a summary.json lacks a suite run's field ({exc!r})") from exc
 
 
 def _average(cells: list[dict[str, Any]]) -> dict[str, Any]:
     """The mean of the cells' values; its interval from their standard errors."""
-    present = [c for c in cells if c["value"] is not None]
+    present = [c for c in cells if c["value"] is not None and c["low"] is not None]
     if not present:
         return {"value": None, "low": None, "high": None, "tasks": 0, "episodes": 0}
     value = float(np.mean([c["value"] for c in present]))

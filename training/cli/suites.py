@@ -25,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 from dataclasses import dataclass, field
@@ -45,6 +46,11 @@ PINNED_KEYS = (
     "rollout.max_new_tokens", "rollout.response_prefix", "rollout.stop_text",
 )  # fmt: skip
 _EXTERNAL = {"alfworld": "ALFWORLD_DATA", "webshop": "WEBSHOP_DATA", "flashrag": "FLASHRAG_DATA"}
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+_PLACEHOLDER = re.compile(r"\{([A-Za-z_]+)\}")
+_ROOTS = {"samples", "cache", "alfworld", "webshop", "flashrag", "retriever"}
+_ENV_KEYS = {"id", "kwargs", "history_length", "format_instruction", "template"}
+_ROLLOUT_KEYS = {"max_new_tokens", "response_prefix", "stop_text"}
 _SUITE_KEYS = {"suite", "version", "layout", "description", "env", "rollout", "sampling",
                "data", "parts"}  # fmt: skip
 _PART_KEYS = {"name", "kwargs", "tasks", "expect"}
@@ -144,51 +150,55 @@ def load_suite(name: str | Path) -> Suite:
     if not isinstance(raw, dict):
         raise SuiteError(f"{path}: a suite file is a mapping, got {type(raw).__name__}")
     _keys(raw, _SUITE_KEYS, {"suite", "version", "layout", "env", "parts"}, "", path)
+    name = raw["suite"]
+    if not isinstance(name, str) or not _NAME.fullmatch(name) or name != path.stem:
+        raise SuiteError(
+            f"{path}: suite must be the file's name ({path.stem!r}), of letters, digits, '.', "
+            f"'_' and '-', got {name!r}"
+        )
+    _typed(raw["version"], int, "version", path, low=1)
     if raw["layout"] not in LAYOUTS:
         raise SuiteError(f"{path}: layout must be one of {LAYOUTS}, got {raw['layout']!r}")
     env = _mapping(raw["env"], "env", path)
-    if not isinstance(env.get("id"), str):
-        raise SuiteError(f"{path}: env.id must be a string")
-    if not isinstance(raw["version"], int) or isinstance(raw["version"], bool):
-        raise SuiteError(f"{path}: version must be an int")
+    _keys(env, _ENV_KEYS, {"id"}, "env.", path)
+    _typed(env["id"], str, "env.id", path)
+    _mapping(env.get("kwargs", {}), "env.kwargs", path)
+    _typed(env.get("history_length", 2), int, "env.history_length", path, low=0)
+    rollout = _mapping(raw.get("rollout", {}), "rollout", path)
+    _keys(rollout, _ROLLOUT_KEYS, set(), "rollout.", path)
     sampling = _mapping(raw.get("sampling", {}), "sampling", path)
     _keys(sampling, {"temperature", "top_p"}, set(), "sampling.", path)
+    temperature = _typed(sampling.get("temperature", 0.0), float, "sampling.temperature", path,
+                         low=0)  # fmt: skip
+    top_p = _typed(sampling.get("top_p", 1.0), float, "sampling.top_p", path, low=0)
+    data = _mapping(raw.get("data", {}), "data", path)
+    _check_data(data, path)
     parts = raw["parts"]
     if not isinstance(parts, list) or not parts:
         raise SuiteError(f"{path}: parts must be a non-empty list")
-    loaded = []
+    loaded: list[Part] = []
     for i, part in enumerate(parts):
-        part = _mapping(part, f"parts[{i}]", path)
-        _keys(part, _PART_KEYS, {"name", "tasks"}, f"parts[{i}].", path)
-        tasks = _mapping(part["tasks"], f"parts[{i}].tasks", path)
-        if len(tasks) != 1 or next(iter(tasks)) not in ("seeds", "count", "games", "all_games"):
-            raise SuiteError(
-                f"{path}: parts[{i}].tasks must be one of seeds, count, games, all_games"
-            )
+        key = f"parts[{i}]"
+        part = _mapping(part, key, path)
+        _keys(part, _PART_KEYS, {"name", "tasks"}, f"{key}.", path)
+        part_name = _typed(part["name"], str, f"{key}.name", path)
+        if part_name in [p.name for p in loaded]:
+            raise SuiteError(f"{path}: {key}.name {part_name!r} is used twice")
+        if part.get("expect") is not None:
+            _typed(part["expect"], int, f"{key}.expect", path, low=1)
         loaded.append(
-            Part(
-                str(part["name"]),
-                _mapping(part.get("kwargs", {}), f"parts[{i}].kwargs", path),
-                tasks,
-                part.get("expect"),
-            )  # fmt: skip
-        )
+            Part(part_name, _mapping(part.get("kwargs", {}), f"{key}.kwargs", path),
+                 _check_tasks(part["tasks"], f"{key}.tasks", path), part.get("expect"))
+        )  # fmt: skip
     suite = Suite(
-        name=str(raw["suite"]),
-        version=raw["version"],
-        layout=raw["layout"],
-        description=str(raw.get("description", "")),
-        env=env,
-        rollout=_mapping(raw.get("rollout", {}), "rollout", path),
-        sampling={
-            "temperature": float(sampling.get("temperature", 0.0)),
-            "top_p": float(sampling.get("top_p", 1.0)),
-        },  # fmt: skip
-        data=_mapping(raw.get("data", {}), "data", path),
-        parts=loaded,
+        name=name, version=raw["version"], layout=raw["layout"],
+        description=str(raw.get("description", "")), env=env, rollout=rollout,
+        sampling={"temperature": temperature, "top_p": top_p}, data=data, parts=loaded,
         path=path,
-    )
-    _keys(suite.data, {"generate", "files", "read"}, set(), "data.", path)
+    )  # fmt: skip
+    text = json.dumps([env, data, [p.kwargs for p in loaded]])
+    for placeholder in sorted(set(_PLACEHOLDER.findall(text)) - _ROOTS):
+        raise SuiteError(f"{path}: unknown placeholder {{{placeholder}}}; known: {sorted(_ROOTS)}")
     return suite
 
 
@@ -211,7 +221,7 @@ def set_roots(
         for name in ("samples", *_EXTERNAL):
             roots[name] = Path(data_dir).expanduser()
     suite.roots = {k: v.resolve() if v.is_absolute() or v.exists() else v for k, v in roots.items()}
-    if "{retriever}" in json.dumps(suite.env):
+    if "{retriever}" in json.dumps([suite.env, [p.kwargs for p in suite.parts]]):
         if not retriever_url:
             raise SuiteError(
                 f"suite {suite.name} searches through a retrieval server: pass --retriever-url "
@@ -290,6 +300,57 @@ def _keys(raw: dict, allowed: set[str], required: set[str], prefix: str, path: P
             raise SuiteError(f"{path}: unknown key {prefix}{key}; expected {sorted(allowed)}")
     for key in sorted(required - set(raw)):
         raise SuiteError(f"{path}: missing key {prefix}{key}")
+
+
+def _typed(value: Any, kind: type, key: str, path: Path, low: float | None = None) -> Any:
+    """``value`` if it is a ``kind`` (an int is a float; a bool is neither) and >= ``low``."""
+    ok = isinstance(value, kind) or (kind is float and isinstance(value, int))
+    if not ok or isinstance(value, bool) or (low is not None and value < low):
+        bound = f" >= {low}" if low is not None else ""
+        what = {int: "an int", float: "a number", str: "a string"}[kind]
+        raise SuiteError(f"{path}: {key} must be {what}{bound}, got {value!r}")
+    return float(value) if kind is float else value
+
+
+def _check_tasks(tasks: Any, key: str, path: Path) -> dict[str, Any]:
+    tasks = _mapping(tasks, key, path)
+    kinds = ("seeds", "count", "games", "all_games")
+    if len(tasks) != 1 or next(iter(tasks)) not in kinds:
+        raise SuiteError(f"{path}: {key} must be one of {', '.join(kinds)}, got {tasks!r}")
+    kind, value = next(iter(tasks.items()))
+    if kind == "count":
+        _typed(value, int, f"{key}.count", path, low=1)
+    elif kind == "all_games" and value is not True:
+        raise SuiteError(f"{path}: {key}.all_games must be true, got {value!r}")
+    elif kind in ("seeds", "games"):
+        item = int if kind == "seeds" else str
+        if not isinstance(value, list) or not value:
+            raise SuiteError(f"{path}: {key}.{kind} must be a non-empty list, got {value!r}")
+        for j, v in enumerate(value):
+            _typed(v, item, f"{key}.{kind}[{j}]", path, low=0 if item is int else None)
+    return tasks
+
+
+def _check_data(data: dict[str, Any], path: Path) -> None:
+    _keys(data, {"generate", "files", "read"}, set(), "data.", path)
+    if "generate" in data:
+        recipe = _mapping(data["generate"], "data.generate", path)
+        needed = {"alfworld": {"num_games", "seed", "split"}, "webshop": {"num_products", "seed"}}
+        kind = recipe.get("kind")
+        if kind not in needed:
+            raise SuiteError(f"{path}: data.generate.kind must be one of {sorted(needed)}")
+        _keys(recipe, needed[kind] | {"kind"}, needed[kind], "data.generate.", path)
+        for k in needed[kind] - {"split"}:
+            _typed(recipe[k], int, f"data.generate.{k}", path, low=0)
+    if "files" in data:
+        files = _mapping(data["files"], "data.files", path)
+        for name, digest in files.items():
+            if not isinstance(digest, str) or not re.fullmatch(r"[0-9a-f]{64}", digest):
+                raise SuiteError(f"{path}: data.files.{name} must be a sha256 hex digest")
+    if "read" in data:
+        read = data["read"]
+        if not isinstance(read, list) or not all(isinstance(r, str) for r in read):
+            raise SuiteError(f"{path}: data.read must be a list of paths, got {read!r}")
 
 
 def _mapping(value: Any, key: str, path: Path) -> dict[str, Any]:
