@@ -11,6 +11,7 @@ Rows with ``answer`` or ``answers`` instead of ``golden_answers`` are read too.
 from __future__ import annotations
 
 import csv
+import functools
 import json
 import os
 from collections.abc import Iterable, Mapping
@@ -124,12 +125,23 @@ _READERS = {
 def load_questions(path: str | os.PathLike[str]) -> list[QAItem]:
     """Reads a question file (``.jsonl``, ``.json``, ``.csv`` or ``.parquet``), in file order.
 
+    A file read before in this process, unchanged since (same size and modification time),
+    is not parsed again: the envs of a batch share one read (a new list of the same items).
+
     Raises :class:`DatasetError` naming the file and row of the first problem: a missing
     file, an unknown suffix, invalid JSON, a row without a question or answers, or no rows.
     """
     path = Path(path)
     if not path.is_file():
         raise DatasetError(f"question file not found: {path}")
+    stat = path.stat()
+    return list(_load_questions(str(path.resolve()), stat.st_size, stat.st_mtime_ns))
+
+
+@functools.lru_cache(maxsize=16)
+def _load_questions(name: str, size: int, mtime_ns: int) -> tuple[QAItem, ...]:
+    del size, mtime_ns  # part of the cache key only: a changed file is read again
+    path = Path(name)
     reader = _READERS.get(path.suffix.lower())
     if reader is None:
         raise DatasetError(f"{path}: unknown question file type; use one of {sorted(_READERS)}")
@@ -141,4 +153,4 @@ def load_questions(path: str | os.PathLike[str]) -> list[QAItem]:
         raise DatasetError(f"{path}: not UTF-8 text ({error})") from None
     if not items:
         raise DatasetError(f"{path} holds no questions")
-    return items
+    return tuple(items)

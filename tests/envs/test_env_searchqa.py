@@ -400,3 +400,15 @@ def test_protocol_arguments_are_checked():
     with pytest.raises(ValueError, match="applies to protocol='strict' only"):
         make(max_passage_chars=200)
     assert make(protocol="strict").unwrapped.max_passage_chars == 1000
+
+
+def test_a_question_file_is_read_again_only_when_it_changed(tmp_path):
+    path = tmp_path / "q.jsonl"
+    path.write_text(json.dumps({"question": "Who?", "golden_answers": ["me"]}) + "\n")
+    first = load_questions(path)
+    again = load_questions(path)
+    assert again == first and again is not first  # a new list each call, callers may edit it
+    again.clear()
+    assert len(load_questions(path)) == 1
+    path.write_text(path.read_text() + json.dumps({"question": "Why?", "answer": "so"}) + "\n")
+    assert [q.question for q in load_questions(path)] == ["Who?", "Why?"]

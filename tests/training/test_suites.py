@@ -16,16 +16,10 @@ import pytest
 from sample_data import sample_dir
 
 from training.cli.evaluate import main
+from training.cli.suite_data import prepare_data
 from training.cli.suite_run import read_rows, suite_tasks
 from training.cli.suite_table import ALFWORLD_COLUMNS, summarize
-from training.cli.suites import (
-    LAYOUTS,
-    SuiteError,
-    load_suite,
-    prepare_data,
-    set_roots,
-    suite_names,
-)
+from training.cli.suites import LAYOUTS, SuiteError, load_suite, set_roots, suite_names
 
 SEARCHQA = sample_dir("searchqa", "wiki_sample_1000.jsonl")
 

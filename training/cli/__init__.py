@@ -8,7 +8,8 @@
   (``gigpo-evaluate``);
 - :mod:`training.cli.evaluate_suite`: ``gigpo-evaluate --suite``, a pinned suite played
   and tabled;
-- :mod:`training.cli.suites`: the suite files (``training/suites/``) and their data hashes;
+- :mod:`training.cli.suites`: the suite files (``training/suites/``), checked key by key;
+- :mod:`training.cli.suite_data`: a suite's data, generated once, hashed and checked;
 - :mod:`training.cli.suite_run`: a suite's tasks played in batches, resumably;
 - :mod:`training.cli.suite_table`: a suite's cells with intervals, the paper-layout table;
 - :mod:`training.cli.study`: one config trained under several estimators and seeds;

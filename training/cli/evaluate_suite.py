@@ -19,14 +19,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from training.cli.suites import (
-    PINNED_KEYS,
-    SuiteError,
-    check_manifest,
-    load_suite,
-    prepare_data,
-    set_roots,
-)
+from training.cli.suite_data import check_manifest, prepare_data
+from training.cli.suites import PINNED_KEYS, SuiteError, load_suite, set_roots
 from training.files import atomic_write_text
 from training.local.config import ConfigError
 
@@ -136,6 +130,7 @@ def evaluate_suite(args: Any, overrides: list[str], parser: Any) -> int:
         "model_dir": str(path),
         "env_id": suite.env["id"],
         "env_kwargs": {p.name: suite.part_kwargs(p) for p in suite.parts},
+        "data_sizes": {p.name: p.size for p in suite.parts},
         "complete": len(selected) == len(tasks),
         "tasks_total": len(tasks),
         **summarize(suite.layout, [p.name for p in suite.parts], rows),

@@ -45,6 +45,7 @@ def suite_tasks(suite: Suite) -> list[dict[str, Any]]:
         env = gym.make(suite.env["id"], **suite.part_kwargs(part)).unwrapped
         try:
             size, names = _task_space(env)
+            part.size = size
             if part.expect is not None and size != part.expect:
                 raise SuiteError(
                     f"suite {suite.name}: part {part.name} expects {part.expect} tasks in its "
