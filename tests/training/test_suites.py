@@ -126,7 +126,9 @@ def test_alfworld_type_columns_add_up_to_all():
 def test_alfworld_gen_v1_end_to_end(tiny_model_dir, tmp_path, capsys):
     summary, rows, out = _evaluate(tmp_path, tiny_model_dir, "--suite", "alfworld-gen-v1",
                                    "--max-episodes", 6, "--max-new-tokens", 6)  # fmt: skip
-    table = capsys.readouterr().out
+    captured = capsys.readouterr()
+    table = captured.out
+    assert "alfworld-gen-v1: 6/6 tasks, " in captured.err  # progress, one line per batch
     assert "| All | Pick | Look | Clean | Heat | Cool | Pick2 |" in table
     assert summary["complete"] is False and summary["tasks_total"] == 120
     assert summary["data"]["pinned"] and summary["tasks"] == 6

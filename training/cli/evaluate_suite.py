@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -84,8 +85,6 @@ def suite_config(args: Any, overrides: list[str]) -> tuple[Any, Any, dict[str, A
 
 def evaluate_suite(args: Any, overrides: list[str], parser: Any) -> int:
     """Runs ``gigpo-evaluate --suite`` (see the module docstring); returns the exit code."""
-    from tqdm import tqdm
-
     from training.cli.suite_run import code_version, play_suite, suite_tasks
     from training.cli.suite_table import markdown_table, summarize
 
@@ -108,7 +107,7 @@ def evaluate_suite(args: Any, overrides: list[str], parser: Any) -> int:
         policy, tokenizer, path = load_policy(args.model, config, out)
     except (FileNotFoundError, RuntimeError, ValueError) as exc:
         parser.error(str(exc))
-    bar = tqdm(total=len(selected), desc=suite.name, unit="task", file=sys.stderr, disable=None)
+    bar = _progress(suite.name, len(selected))
     try:
         with _compute(config, policy):
             rows = play_suite(
@@ -165,6 +164,34 @@ def _lock(out: Path) -> Any:
         raise SuiteError(f"--out {out} is in use by another gigpo-evaluate; wait for it or "
                          "use another --out") from exc  # fmt: skip
     return handle
+
+
+class _progress:
+    """A tqdm bar on a terminal; elsewhere (a log file, CI) one plain line per batch."""
+
+    def __init__(self, name: str, total: int) -> None:
+        from tqdm import tqdm
+
+        self.name, self.total, self.done = name, total, 0
+        self.tick = time.perf_counter()
+        self.bar = tqdm(total=total, desc=name, unit="task", file=sys.stderr) if (
+            sys.stderr.isatty()) else None  # fmt: skip
+
+    def update(self, count: int) -> None:
+        self.done += count
+        if self.bar is not None:
+            self.bar.update(count)
+        else:
+            print(
+                f"{self.name}: {self.done}/{self.total} tasks, "
+                f"{time.perf_counter() - self.tick:.0f} s",
+                file=sys.stderr,
+                flush=True,
+            )
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
 
 
 def _check_run(out: Path, run: dict[str, Any]) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -125,6 +126,8 @@ def _generate(suite: Suite, recipe: dict[str, Any]) -> None:
     if target.is_dir():
         return
     target.parent.mkdir(parents=True, exist_ok=True)
+    print(f"suite {suite.name}: writing its data into {target} (once; ALFWorld's 120 games "
+          "take a few minutes)", file=sys.stderr)  # fmt: skip
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
     try:
         kind = recipe.get("kind")
