@@ -135,6 +135,7 @@ def test_alfworld_gen_v1_end_to_end(tiny_model_dir, tmp_path, capsys):
     assert {r["column"] for r in rows} == set(ALFWORLD_COLUMNS)
     assert all(summary["columns"][c]["tasks"] == 1 for c in ALFWORLD_COLUMNS.values())
     assert (out / "table.md").read_text() == table
+    assert summary["commit"] == rows[0]["commit"] and summary["commit"] in table
     for row in rows:  # the game a row names is the game its first observation plays
         assert row["length"] == len(row["steps"]) >= 1
 

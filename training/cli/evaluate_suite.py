@@ -89,6 +89,7 @@ def evaluate_suite(args: Any, overrides: list[str], parser: Any) -> int:
     from training.cli.suite_table import markdown_table, summarize
 
     out = Path(args.out)
+    commit = code_version()  # of the code this process loaded, before anything runs
     try:
         suite, config, run, data = suite_config(args, overrides)
         tasks = suite_tasks(suite)
@@ -114,6 +115,7 @@ def evaluate_suite(args: Any, overrides: list[str], parser: Any) -> int:
                 policy, tokenizer, config, suite, tasks, selected, out,
                 temperature=run["temperature"], top_p=run["top_p"],
                 group_size=run["group_size"], batch_size=run["batch_size"], progress=bar.update,
+                commit=commit,
             )  # fmt: skip
     except SuiteError as exc:
         parser.error(str(exc))
@@ -125,7 +127,8 @@ def evaluate_suite(args: Any, overrides: list[str], parser: Any) -> int:
         "layout": suite.layout,
         "description": suite.description,
         "data": {"sha256": data["sha256"], "pinned": data["pinned"], "files": len(data["files"])},
-        "commit": code_version(),
+        # The code of each invocation that played rows (a resumed run may span several).
+        "commit": ", ".join(sorted({str(row.get("commit")) for row in rows})) or commit,
         "model_dir": str(path),
         "env_id": suite.env["id"],
         "env_kwargs": {p.name: suite.part_kwargs(p) for p in suite.parts},

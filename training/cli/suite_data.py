@@ -126,7 +126,7 @@ def _generate(suite: Suite, recipe: dict[str, Any]) -> None:
     if target.is_dir():
         return
     target.parent.mkdir(parents=True, exist_ok=True)
-    print(f"suite {suite.name}: writing its data into {target} (once; ALFWorld's 120 games "
+    print(f"suite {suite.name}: writing its data into {target} (once; 120 ALFWorld games "
           "take a few minutes)", file=sys.stderr)  # fmt: skip
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
     try:

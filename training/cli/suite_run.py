@@ -92,6 +92,7 @@ def play_suite(
     group_size: int,
     batch_size: int,
     progress: Callable[[int], None] | None = None,
+    commit: str = "",
 ) -> list[dict[str, Any]]:
     """Plays the ``selected`` tasks not yet in ``out / "episodes.jsonl"``, appending rows.
 
@@ -103,6 +104,7 @@ def play_suite(
         batch_size: episodes generated at once (``batch_size // group_size`` tasks, >= 1).
         progress: called with the number of tasks already done, then after each batch with
             the number it played.
+        commit: the code's version (:func:`code_version`), written into each new row.
 
     Returns:
         The episode rows of the selected tasks (earlier runs' and this one's), in order.
@@ -146,6 +148,8 @@ def play_suite(
         finally:
             envs.close()
         rows = _rows(rollout, [tasks[i] for i in chunk], chunk, group_size)
+        for row in rows:
+            row["commit"] = commit
         _append(path, rows)
         done += rows
         if progress is not None:
