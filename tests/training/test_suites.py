@@ -187,12 +187,30 @@ def test_compare_puts_runs_side_by_side_and_refuses_other_suites(tiny_model_dir,
     table = capsys.readouterr().out.splitlines()
     assert table[0].startswith("| model | prompt | decoding | NQ |")
     assert " template " in table[2] and " react " in table[3]
+    assert any(
+        line.startswith("- `") and "over 1 tasks" not in line and "over 3 tasks" in line
+        for line in table
+    )  # the paired line: 1 question of each of 3 datasets
     other = tmp_path / "c"
     other.mkdir()
     summary = json.loads((tmp_path / "a" / "summary.json").read_text())
     (other / "summary.json").write_text(json.dumps({**summary, "suite": "webshop-gen-v1"}))
     err = _error(capsys, "--compare", tmp_path / "a", other)
     assert f"--compare {other}" in err and "is not what" in err
+
+
+def test_sign_test_and_paired_difference_by_hand():
+    from training.cli.suite_table import paired_line, sign_test
+
+    assert sign_test(10, 2) == pytest.approx(2 * (1 + 12 + 66) / 4096)
+    assert sign_test(0, 6) == pytest.approx(2 / 64) and sign_test(3, 0) == pytest.approx(0.25)
+    assert sign_test(0, 0) == 1.0 and sign_test(4, 4) == 1.0
+    a = {0: 1.0, 1: 0.0, 2: 1.0, 3: 0.0}
+    b = {0: 1.0, 1: 1.0, 2: 0.0, 3: 1.0, 9: 1.0}  # task 9: only b played it, not paired
+    # diffs 0, +1, -1, +1: mean 0.25, sd 0.9574, t(3) 3.182, half 1.5232
+    line = paired_line("A", "B", a, b)
+    assert "+25.0 points [-127.3, +177.3] over 4 tasks; better on 2, worse on 1" in line
+    assert line.endswith("(sign test p = 1)")
 
 
 # ------------------------------------------------------------------ the real-data suites

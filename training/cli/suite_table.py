@@ -176,9 +176,62 @@ def compare(dirs: list[str | Path]) -> str:
     if not summaries:
         raise SuiteError("--compare needs at least one run folder")
     try:
-        return markdown_table(summaries)
+        table = markdown_table(summaries)
+        labels = [", ".join(row_label(s)) for s in summaries]
     except (KeyError, TypeError, AttributeError) as exc:
         raise SuiteError(f"--compare: a summary.json lacks a suite run's field ({exc!r})") from exc
+    outcomes = [_task_outcomes(Path(d) / "episodes.jsonl") for d in dirs]
+    lines = [paired_line(labels[0], label, outcomes[0], mine)
+             for label, mine in zip(labels[1:], outcomes[1:], strict=True)]  # fmt: skip
+    if lines:
+        table += "\nPaired on the tasks both runs played (success, each run minus the first):\n"
+        table += "".join(f"- {line}\n" for line in lines)
+    return table
+
+
+def paired_line(first: str, label: str, a: dict[int, float], b: dict[int, float]) -> str:
+    """``label`` against ``first`` on their shared tasks: the mean difference in success
+    (points) with its 95% t interval over tasks, the tasks each does better on, and the
+    exact two-sided sign test of those counts.
+
+    Args:
+        a, b: task position -> success (the share of the task's episodes won).
+    """
+    shared = sorted(set(a) & set(b))
+    if not shared:
+        return f"`{label}` vs `{first}`: no task in common"
+    diffs = [b[t] - a[t] for t in shared]
+    mean, half = mean_ci(diffs)
+    better, worse = sum(d > 0 for d in diffs), sum(d < 0 for d in diffs)
+    return (f"`{label}` vs `{first}`: {100 * mean:+.1f} points [{100 * (mean - half):+.1f}, "
+            f"{100 * (mean + half):+.1f}] over {len(shared)} tasks; better on {better}, worse "
+            f"on {worse} (sign test p = {sign_test(better, worse):.3g})")  # fmt: skip
+
+
+def sign_test(better: int, worse: int) -> float:
+    """The exact two-sided sign test's p-value for ``better`` against ``worse`` (ties out)."""
+    n = better + worse
+    if n == 0:
+        return 1.0
+    tail = sum(math.comb(n, k) for k in range(min(better, worse) + 1)) / 2.0**n
+    return min(1.0, 2 * tail)
+
+
+def _task_outcomes(path: Path) -> dict[int, float]:
+    """task position -> share of its episodes won, from a run's episode rows (read only;
+    a line that is not a row is skipped)."""
+    won: dict[int, list[float]] = {}
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SuiteError(f"--compare: cannot read {path} ({exc})") from exc
+    for line in lines:
+        try:
+            row = json.loads(line)
+            won.setdefault(int(row["task_index"]), []).append(float(row["won"]))
+        except (ValueError, KeyError, TypeError):
+            continue
+    return {t: float(np.mean(v)) for t, v in won.items()}
 
 
 def _average(cells: list[dict[str, Any]]) -> dict[str, Any]:
