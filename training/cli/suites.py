@@ -8,7 +8,8 @@ differs from its pin is an error naming it, so a number always names what it mea
 
 Data roots are placeholders, resolved here (``--data-dir`` replaces the external ones):
 
-* ``{samples}``: the repository's ``data/samples/`` (the shipped samples);
+* ``{samples}``: the repository's ``data/samples/`` (the shipped samples; see
+  :func:`samples_dir`);
 * ``{cache}``: ``$GIGPO_SUITE_CACHE/<suite>`` (default ``~/.cache/gigpo/suites/<suite>``),
   where a suite with a ``data.generate`` entry writes its generated data on first use;
 * ``{alfworld}``: ``$ALFWORLD_DATA`` (else ``~/.cache/alfworld``, ``alfworld-download``'s);
@@ -33,8 +34,6 @@ from training.local.config import ConfigError, read_yaml
 
 #: Where the shipped suites live.
 SUITES_DIR = Path(__file__).resolve().parents[1] / "suites"
-#: The repository's shipped samples (absent from an installed wheel).
-SAMPLES_DIR = Path(__file__).resolve().parents[2] / "data" / "samples"
 #: Table layouts (columns): see :mod:`training.cli.suite_table`.
 LAYOUTS = ("alfworld", "webshop", "searchqa")
 #: The config keys a suite fixes; ``--section.key`` overrides of them are refused.
@@ -201,6 +200,17 @@ def load_suite(name: str | Path) -> Suite:
     return suite
 
 
+def samples_dir() -> Path:
+    """The repository's shipped samples (``{samples}``): ``$GIGPO_SAMPLES`` if set, else
+    ``data/samples`` of the checkout the code runs from, else ``./data/samples`` (an
+    installed wheel carries no samples: run from a clone, or set the variable)."""
+    if os.environ.get("GIGPO_SAMPLES"):
+        return Path(os.environ["GIGPO_SAMPLES"]).expanduser()
+    checkout = Path(__file__).resolve().parents[2] / "data" / "samples"
+    here = Path.cwd() / "data" / "samples"
+    return checkout if checkout.is_dir() or not here.is_dir() else here
+
+
 def set_roots(
     suite: Suite, data_dir: str | Path | None = None, retriever_url: str | None = None
 ) -> None:
@@ -211,7 +221,7 @@ def set_roots(
         SuiteError: a suite that searches through a server, without ``retriever_url``.
     """
     cache = Path(os.environ.get("GIGPO_SUITE_CACHE", "~/.cache/gigpo/suites")).expanduser()
-    roots = {"cache": cache / suite.name, "samples": SAMPLES_DIR}
+    roots = {"cache": cache / suite.name, "samples": samples_dir()}
     for name, var in _EXTERNAL.items():
         default = "~/.cache/alfworld" if name == "alfworld" else ""
         value = os.environ.get(var, default)
