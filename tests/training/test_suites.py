@@ -265,17 +265,22 @@ def test_alfworld_valid_unseen_on_a_fake_download(tiny_model_dir, tmp_path, alfw
     assert "expects 140 tasks" in err and "found 139" in err
 
 
-def test_webshop_test_on_a_fake_webshop_data_folder(tiny_model_dir, tmp_path, monkeypatch,
-                                                    capsys):  # fmt: skip
+def _fake_webshop_data(folder: Path, num_products: int) -> Path:
+    """A generated catalog under the names WebShop's ``setup.sh -d small`` downloads."""
     from gigpo_envs.webshop.catalog import write_catalog
 
-    data = tmp_path / "webshop-data"
-    paths = write_catalog(tmp_path / "generated", num_products=600, seed=1)
-    data.mkdir()
+    paths = write_catalog(folder.with_name(folder.name + "-generated"), num_products, seed=1)
+    folder.mkdir()
     for kind, name in (("items", "items_shuffle_1000.json"),
                        ("attributes", "items_ins_v2_1000.json"),
                        ("human", "items_human_ins.json")):  # fmt: skip
-        shutil.copy(paths[kind], data / name)
+        shutil.copy(paths[kind], folder / name)
+    return folder
+
+
+def test_webshop_test_on_a_fake_webshop_data_folder(tiny_model_dir, tmp_path, monkeypatch,
+                                                    capsys):  # fmt: skip
+    data = _fake_webshop_data(tmp_path / "webshop-data", num_products=600)
     monkeypatch.setenv("WEBSHOP_DATA", str(data))
     summary, rows, _ = _evaluate(tmp_path, tiny_model_dir, "--suite", "webshop-test",
                                  "--max-episodes", 2, "--max-new-tokens", 4)  # fmt: skip
@@ -283,13 +288,7 @@ def test_webshop_test_on_a_fake_webshop_data_folder(tiny_model_dir, tmp_path, mo
     assert list(summary["columns"]) == ["Score", "Success"]
     assert summary["env_kwargs"]["WebShop"]["noun_tagger"] == "spacy"  # the original's reward
     # Files with fewer than 500 goals: an error, not a replay of the first ones.
-    small = tmp_path / "small"
-    paths = write_catalog(tmp_path / "generated-small", num_products=120, seed=1)
-    small.mkdir()
-    for kind, name in (("items", "items_shuffle_1000.json"),
-                       ("attributes", "items_ins_v2_1000.json"),
-                       ("human", "items_human_ins.json")):  # fmt: skip
-        shutil.copy(paths[kind], small / name)
+    small = _fake_webshop_data(tmp_path / "small", num_products=120)
     err = _error(capsys, "--model", tiny_model_dir, "--suite", "webshop-test",
                  "--data-dir", small, "--out", tmp_path / "small-run")  # fmt: skip
     assert "plays 500 tasks but its data holds only" in err

@@ -26,9 +26,11 @@ action, reward and validity) into ``--out``, and prints the summary as one JSON 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -118,19 +120,11 @@ def play(
     """
     import torch
 
-    from training.local.allocator import keep_freed_memory
     from training.local.play import play_heldout
-    from training.local.precision import compute, prepare_models, resolve_compute_dtype
-    from training.local.threads import ThreadGovernor
 
     settings.check()
-    if config.run.keep_freed_memory:
-        keep_freed_memory()
-    ThreadGovernor(config.run.threads).update()
-    dtype, _ = resolve_compute_dtype(config.model.compute_dtype, config.model.device)
-    prepare_models(dtype, config.model.device, model)
-    torch.manual_seed(config.run.seed)
-    with compute(dtype, config.model.device):
+    with compute_setup(config, model):
+        torch.manual_seed(config.run.seed)
         return play_heldout(
             model,
             tokenizer,
@@ -140,6 +134,24 @@ def play(
             top_p=settings.top_p,
             batch_size=settings.batch_size,
         )
+
+
+@contextlib.contextmanager
+def compute_setup(config: TrainConfig, model: Any) -> Iterator[None]:
+    """The trainer's compute setup around playing with ``model`` (plain evaluation and the
+    suites): the allocator choice, torch's thread count, the model's compute dtype and its
+    autocast context."""
+    from training.local.allocator import keep_freed_memory
+    from training.local.precision import compute, prepare_models, resolve_compute_dtype
+    from training.local.threads import ThreadGovernor
+
+    if config.run.keep_freed_memory:
+        keep_freed_memory()
+    ThreadGovernor(config.run.threads).update()
+    dtype, _ = resolve_compute_dtype(config.model.compute_dtype, config.model.device)
+    prepare_models(dtype, config.model.device, model)
+    with compute(dtype, config.model.device):
+        yield
 
 
 def resolve_model(model: str, config: TrainConfig, out: Path) -> tuple[Path, Path | None]:

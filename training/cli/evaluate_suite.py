@@ -85,6 +85,7 @@ def suite_config(args: Any, overrides: list[str]) -> tuple[Any, Any, dict[str, A
 
 def evaluate_suite(args: Any, overrides: list[str], parser: Any) -> int:
     """Runs ``gigpo-evaluate --suite`` (see the module docstring); returns the exit code."""
+    from training.cli.evaluate import compute_setup, load_policy
     from training.cli.suite_run import code_version, play_suite, suite_tasks
     from training.cli.suite_table import markdown_table, summarize
 
@@ -103,14 +104,12 @@ def evaluate_suite(args: Any, overrides: list[str], parser: Any) -> int:
     except (ConfigError, ValueError, OSError) as exc:
         parser.error(str(exc))
     try:
-        from training.cli.evaluate import load_policy
-
         policy, tokenizer, path = load_policy(args.model, config, out)
     except (FileNotFoundError, RuntimeError, ValueError) as exc:
         parser.error(str(exc))
     bar = _progress(suite.name, len(selected))
     try:
-        with _compute(config, policy):
+        with compute_setup(config, policy):
             rows = play_suite(
                 policy, tokenizer, config, suite, tasks, selected, out,
                 temperature=run["temperature"], top_p=run["top_p"],
@@ -216,26 +215,3 @@ def _check_run(out: Path, run: dict[str, Any]) -> None:
     if (out / "episodes.jsonl").exists():
         raise SuiteError(f"--out {out} holds episodes of another command; use another --out")
     atomic_write_text(path, json.dumps(run, indent=1) + "\n")
-
-
-class _compute:
-    """The trainer's compute setup around play: threads, dtype, autocast."""
-
-    def __init__(self, config: Any, policy: Any) -> None:
-        self.config, self.policy = config, policy
-
-    def __enter__(self) -> None:
-        from training.local.allocator import keep_freed_memory
-        from training.local.precision import compute, prepare_models, resolve_compute_dtype
-        from training.local.threads import ThreadGovernor
-
-        if self.config.run.keep_freed_memory:
-            keep_freed_memory()
-        ThreadGovernor(self.config.run.threads).update()
-        dtype, _ = resolve_compute_dtype(self.config.model.compute_dtype, self.config.model.device)
-        prepare_models(dtype, self.config.model.device, self.policy)
-        self._context = compute(dtype, self.config.model.device)
-        self._context.__enter__()
-
-    def __exit__(self, *exc: Any) -> None:
-        self._context.__exit__(*exc)

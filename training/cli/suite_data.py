@@ -83,21 +83,21 @@ def manifest_sha256(manifest: dict[str, str]) -> str:
 # ----------------------------------------------------------------------------- internals
 
 
-def _root_path(suite: Suite, name: str) -> Path:
+def _root_path(suite: Suite, name: str, key: str = "data path") -> Path:
+    """``root/rest`` under the data root ``root`` names (``cache/...``, ``alfworld/...``)."""
     root, _, rest = name.partition("/")
-    if root not in suite.roots:
-        raise SuiteError(f"suite {suite.name}: data path {name!r} starts with no data root")
+    if not isinstance(suite.roots.get(root), Path):
+        raise SuiteError(f"suite {suite.name}: {key} {name!r} starts with no data root")
     return Path(suite.roots[root]) / rest
 
 
 def _read_files(suite: Suite, pattern: str) -> dict[str, Path]:
     """The files an unpinned ``data.read`` entry names: ``root/path`` or ``root/glob``."""
+    target = _root_path(suite, pattern, "data.read")
+    if not any(c in pattern for c in "*?["):
+        return {pattern: target}
     root_name, _, rest = pattern.partition("/")
-    root = suite.roots.get(root_name)
-    if not isinstance(root, Path):
-        raise SuiteError(f"suite {suite.name}: data.read {pattern!r} starts with no data root")
-    if not any(c in rest for c in "*?["):
-        return {pattern: root / rest}
+    root = Path(suite.roots[root_name])
     found = {f"{root_name}/{p.relative_to(root).as_posix()}": p for p in root.glob(rest)}
     if not found:
         raise SuiteError(f"suite {suite.name}: no file matches {root / rest}; {_hint(suite)}")

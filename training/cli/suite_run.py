@@ -24,9 +24,6 @@ import numpy as np
 from training.cli.suites import Suite, SuiteError
 from training.local.schema import TrainConfig
 
-#: The ALFWorld env's game list is needed to turn game paths into seeds.
-_ALFWORLD = "gigpo/ALFWorld-v0"
-
 
 def suite_tasks(suite: Suite) -> list[dict[str, Any]]:
     """Every task of the suite, in play order: ``part``, ``seed``, ``column`` (the ALFWorld
@@ -200,22 +197,17 @@ def code_version() -> str:
     import subprocess
 
     root = Path(__file__).resolve().parents[2]
+
+    def git(*args: str) -> str:
+        done = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True,
+                              timeout=10, check=True)  # fmt: skip
+        return done.stdout.strip()
+
     try:
-        top = subprocess.run(
-            ["git", "-C", str(root), "rev-parse", "--show-toplevel"],
-            capture_output=True, text=True, timeout=10, check=True,
-        ).stdout.strip()  # fmt: skip
-        if Path(top).resolve() != root:  # installed inside someone else's repository
-            raise OSError(f"{root} is not a checkout")
-        head = subprocess.run(
-            ["git", "-C", str(root), "rev-parse", "--short", "HEAD"],
-            capture_output=True, text=True, timeout=10, check=True,
-        ).stdout.strip()  # fmt: skip
-        dirty = subprocess.run(
-            ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True, text=True, timeout=10, check=True,
-        ).stdout.strip()  # fmt: skip
-        return head + ("+dirty" if dirty else "")
+        if Path(git("rev-parse", "--show-toplevel")).resolve() != root:
+            raise OSError(f"{root} is not a checkout")  # installed inside another repository
+        dirty = git("status", "--porcelain", "--untracked-files=no")
+        return git("rev-parse", "--short", "HEAD") + ("+dirty" if dirty else "")
     except (OSError, subprocess.SubprocessError):
         from importlib.metadata import PackageNotFoundError, version
 
@@ -295,6 +287,7 @@ def _rows(
 
     records = rollout.records
     traj = np.asarray(records.traj_ids)
+    valid = np.asarray(records.is_action_valid, dtype=bool)
     recurring = np.zeros(len(traj), dtype=bool)
     if group_size > 1 and len(traj):
         ids = anchor_groups(list(records.anchors), np.asarray(records.group_ids))
@@ -309,13 +302,13 @@ def _rows(
             "batch": indices[0], "batch_rows": len(indices) * group_size,
             "won": bool(rollout.episode_won[e]), "return": float(rollout.episode_returns[e]),
             "length": int(rollout.episode_lengths[e]),
-            "valid_steps": int(np.sum(np.asarray(records.is_action_valid)[mine])),
+            "valid_steps": int(valid[mine].sum()),
             "recurring_steps": int(recurring[mine].sum()),
             "recurring_later_steps": int(recurring[mine[1:]].sum()),
             "steps": [{"anchor": records.anchors[i], "observation": records.observations[i],
                        "action": records.actions[i],
                        "reward": float(records.rewards[i]),
-                       "valid": bool(records.is_action_valid[i])} for i in mine],
+                       "valid": bool(valid[i])} for i in mine],
         })  # fmt: skip
     return rows
 
