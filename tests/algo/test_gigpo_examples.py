@@ -156,7 +156,7 @@ def test_similarity_groups_first_fit_by_hand():
     np.testing.assert_array_equal(ids, [0, 1, 2, 3])
 
 
-@pytest.mark.parametrize("metric", ["difflib", "indel"])
+@pytest.mark.parametrize("metric", ["difflib", "indel", "embedding"])
 def test_similarity_identical_texts_equal_exact(metric):
     texts = ["room A", "room B", "room A", "kitchen", "room B"]
     groups = [0, 0, 0, 1, 1]

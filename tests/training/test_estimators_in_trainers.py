@@ -264,3 +264,27 @@ def test_both_launchers_refuse_a_threshold_for_an_env_without_state_text():
     assert plan(args).settings is not None
     with pytest.raises(UsageError, match=r"--algo.gigpo.similarity: gigpo_test/KeysOnly-v0"):
         plan([*args, "--algo.gigpo.similarity", "0.9"])
+
+
+def test_embedding_metric_groups_states_by_meaning_in_both_trainers(sokoban_rows):
+    rows = sokoban_rows
+    rec = local_records(rows)
+    texts = [r["anchor_text"] for r in rows]
+    groups = [r["group"] for r in rows]
+    settings = dict(similarity=0.9, similarity_metric="embedding", invalid_penalty=0.5)
+    expected = anchor_groups(texts, groups, similarity=0.9, metric="embedding")
+    # The test can fail: difflib's partition of the same texts differs.
+    assert not np.array_equal(expected, anchor_groups(texts, groups, similarity=0.9))
+    np.testing.assert_array_equal(step_groups(rec, AlgoConfig(**settings)), expected)
+    reference = gigpo_advantages(
+        [r["reward"] for r in rows],
+        [r["traj"] for r in rows],
+        groups,
+        texts,
+        is_action_valid=[r["valid"] for r in rows],
+        **settings,
+    )
+    local = critic_free_advantages(rec, AlgoConfig(**settings))
+    np.testing.assert_allclose(local.advantages, reference.advantages, atol=1e-12)
+    got = openrlhf_rows(rows, GiGPOSettings(**settings))
+    np.testing.assert_allclose(got, reference.advantages, atol=1e-12)
