@@ -2,17 +2,28 @@
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 import numpy as np
 
-from gigpo_envs.arguments import MAX_STEPS_LIMIT, check_int
+from gigpo_envs.arguments import MAX_STEPS_LIMIT, check_bool, check_int
 from gigpo_envs.base import TextEnv
 from gigpo_envs.cards.templates import NUMBERLINE_TEMPLATE
 from gigpo_envs.parsing import ActionParser
 
 #: The longest line: its default ``max_steps`` (twice this) stays within ``MAX_STEPS_LIMIT``.
 MAX_POSITION_LIMIT = MAX_STEPS_LIMIT // 2
+#: The number words of ``words=True``: positions ``0 .. len(NUMBER_WORDS) - 1`` can be written.
+NUMBER_WORDS = (
+    "zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten",
+    "eleven", "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen",
+    "nineteen", "twenty",
+)  # fmt: skip
+#: Minutes in the ``clock=True`` day: the clock is ``0 .. MINUTES_PER_DAY - 1`` after midnight.
+MINUTES_PER_DAY = 24 * 60
+#: Each valid step moves the clock on by ``1 .. MAX_CLOCK_STEP`` minutes.
+MAX_CLOCK_STEP = 59
 _ALIASES = {
     "+": "+",
     "-": "-",
@@ -28,7 +39,9 @@ _ALIASES = {
 class NumberLineEnv(TextEnv):
     """Move from the start position to the target on the line ``0 .. max_position``.
 
-    Observation: ``"Target: t\\nCurrent: c"``.
+    Observation: ``"Target: t\\nCurrent: c"``. With ``words=True`` the two numbers are English
+    words (``"Target: seven\\nCurrent: three"``); with ``clock=True`` a third line
+    ``"Clock: HH:MM"`` follows.
 
     Actions: ``+`` (right) and ``-`` (left); ``right``/``left`` also work.
 
@@ -36,10 +49,32 @@ class NumberLineEnv(TextEnv):
     not bring the position closer (including pushing against either end of the line); 0 for
     a step that does.
 
+    The clock is a detail that changes and does not matter: it never changes a reward, the end
+    of an episode or the admissible actions, but it is part of the state (its key, its text,
+    ``state_dict()``). Exact anchor states then rarely recur, while two states that differ only
+    in the clock stay close in text: the case for similarity-based step grouping. An episode's
+    clock starts at a minute of the day drawn from the reset generator (after the start and
+    the target, which are therefore the same as without the clock for the same seed). Every
+    step moves it on by 1 to :data:`MAX_CLOCK_STEP` minutes, wrapping at midnight; the minutes
+    are a blake2b digest of the state before the step and the action taken (or the fact that
+    none was), so the clock is a function of the seed and the actions (the same in every
+    process, and a restored state repeats its future), and rollouts that reach one position by
+    different paths show different times. They are not further draws from the episode's
+    generator: ``load_state_dict()`` re-seeds that at the episode's start, and every member of
+    a GiGPO group would draw the same minutes, so the clock would only count steps.
+
+    With the clock, an invalid action is not quite the contract's no-op (docs/design.md,
+    contract 1): the position and target stay, the reward is ``invalid_action_penalty`` as
+    always, but time passes, so the state and its key change. Otherwise a policy that often
+    answers badly would repeat the same exact state turn after turn.
+
     Args:
       max_position: the line is ``0 .. max_position``; start and target differ. At most
-        :data:`MAX_POSITION_LIMIT`, so that the default ``max_steps`` stays in bounds.
+        :data:`MAX_POSITION_LIMIT`, so that the default ``max_steps`` stays in bounds, and at
+        most 20 with ``words=True`` (:data:`NUMBER_WORDS`).
       max_steps: steps before truncation; defaults to ``2 * max_position``.
+      words: write the target and the position as English words instead of digits.
+      clock: add the ``"Clock: HH:MM"`` line described above.
       **kwargs: ``invalid_action_penalty``, ``action_parser``, ``render_mode``.
     """
 
@@ -51,11 +86,20 @@ class NumberLineEnv(TextEnv):
         max_position: int = 5,
         max_steps: int | None = None,
         *,
+        words: bool = False,
+        clock: bool = False,
         invalid_action_penalty: float = 0.0,
         action_parser: ActionParser | None = None,
         render_mode: str | None = None,
     ) -> None:
         max_position = check_int("max_position", max_position, 1, MAX_POSITION_LIMIT)
+        words = check_bool("words", words)
+        clock = check_bool("clock", clock)
+        if words and max_position >= len(NUMBER_WORDS):
+            raise ValueError(
+                f"max_position must be an int in [1, {len(NUMBER_WORDS) - 1}] with words=True "
+                f"(the number words end at {NUMBER_WORDS[-1]!r}), got int {max_position}"
+            )
         super().__init__(
             max_steps=max_steps if max_steps is not None else 2 * max_position,
             invalid_action_penalty=invalid_action_penalty,
@@ -63,14 +107,20 @@ class NumberLineEnv(TextEnv):
             render_mode=render_mode,
         )
         self.max_position = max_position
+        self.words = words
+        self.clock = clock
         self.position = 0
         self.target = 0
+        #: Minutes after midnight shown by the clock; None without ``clock``.
+        self.clock_time: int | None = None
 
     def _game_reset(self, rng: np.random.Generator) -> None:
         self.position = int(rng.integers(self.max_position + 1))
         # Uniform over the other max_position cells, so the target never equals the start.
         offset = int(rng.integers(1, self.max_position + 1))
         self.target = (self.position + offset) % (self.max_position + 1)
+        # Drawn last: the same seed deals the same walk with and without the clock.
+        self.clock_time = int(rng.integers(MINUTES_PER_DAY)) if self.clock else None
 
     def parse_game_action(self, action_text: str) -> str | None:
         return _ALIASES.get(action_text)
@@ -78,7 +128,16 @@ class NumberLineEnv(TextEnv):
     def admissible_actions(self) -> list[str]:
         return ["-", "+"]
 
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        """:meth:`TextEnv.step`; with the clock, an invalid action moves the clock on too."""
+        if self.clock_time is not None and not self._done:
+            text = self.action_parser.extract(action)
+            if text is None or self.parse_game_action(text) is None:
+                self._advance_clock(None)
+        return super().step(action)
+
     def _game_step(self, action: str) -> tuple[float, bool]:
+        self._advance_clock(action)
         before = abs(self.position - self.target)
         step = 1 if action == "+" else -1
         self.position = min(max(self.position + step, 0), self.max_position)
@@ -88,18 +147,59 @@ class NumberLineEnv(TextEnv):
             return 1.0, True
         return (0.0 if after < before else -1.0), False
 
+    def _advance_clock(self, action: str | None) -> None:
+        """Moves the clock (if any) on for ``action`` played now (None: an invalid one)."""
+        if self.clock_time is not None:
+            self.clock_time = (self.clock_time + self._clock_minutes(action)) % MINUTES_PER_DAY
+
+    def _clock_minutes(self, action: str | None) -> int:
+        """Minutes, ``1 .. MAX_CLOCK_STEP``, the clock moves on when ``action`` is played now."""
+        text = f"gigpo-numberline-clock:{self.target}:{self.position}:{self.clock_time}:{action}"
+        digest = hashlib.blake2b(text.encode(), digest_size=8).digest()
+        return 1 + int.from_bytes(digest, "little") % MAX_CLOCK_STEP
+
+    def _number(self, value: int) -> str:
+        return NUMBER_WORDS[value] if self.words else str(value)
+
     def _game_observation(self) -> str:
-        return f"Target: {self.target}\nCurrent: {self.position}"
+        text = f"Target: {self._number(self.target)}\nCurrent: {self._number(self.position)}"
+        if self.clock_time is not None:
+            hours, minutes = divmod(self.clock_time, 60)
+            text += f"\nClock: {hours:02d}:{minutes:02d}"
+        return text
 
     def render_legend(self) -> str:
-        return f"Positions run from 0 to {self.max_position}."
+        legend = f"Positions run from {self._number(0)} to {self._number(self.max_position)}."
+        if self.clock:
+            return legend + " The clock changes with every move and does not matter."
+        return legend
 
     def _game_state(self) -> dict[str, Any]:
-        return {"max_position": self.max_position, "position": self.position, "target": self.target}
+        state = {
+            "max_position": self.max_position,
+            "position": self.position,
+            "target": self.target,
+        }
+        if self.clock_time is not None:
+            state["clock"] = self.clock_time
+        return state
 
     def _game_load(self, game_state: dict[str, Any]) -> None:
         max_position = int(game_state["max_position"])
         position, target = int(game_state["position"]), int(game_state["target"])
         if max_position < 1 or not (0 <= position <= max_position and 0 <= target <= max_position):
             raise ValueError(f"positions out of range in {game_state!r}")
+        if self.words and max_position >= len(NUMBER_WORDS):
+            raise ValueError(
+                f"max_position {max_position} in {game_state!r} has no number words "
+                f"(words=True writes 0 .. {len(NUMBER_WORDS) - 1})"
+            )
+        clock_time = None
+        if self.clock:
+            if "clock" not in game_state:
+                raise ValueError(f"clock=True needs a 'clock' in the game state: {game_state!r}")
+            clock_time = check_int("clock", game_state["clock"], 0, MINUTES_PER_DAY - 1)
+        elif "clock" in game_state:
+            raise ValueError(f"clock=False, but the game state has a 'clock': {game_state!r}")
         self.max_position, self.position, self.target = max_position, position, target
+        self.clock_time = clock_time

@@ -76,6 +76,8 @@ BAD_TYPES: dict[str, list[tuple[str, object, str, str]]] = {
         ("max_position", 5.5, "an int", "float"),
         ("max_position", "5", "an int", "str"),
         ("max_position", True, "an int", "bool"),
+        ("words", "yes", "a bool", "str"),
+        ("clock", 1, "a bool", "int"),
     ],
     "gigpo/Blackjack-v0": [
         ("natural", "yes", "a bool", "str"),
@@ -295,7 +297,11 @@ GOOD_KWARGS: dict[str, dict] = {
     "gigpo/Sokoban-v0": {"dim_room": [6, np.int64(6)], "num_boxes": np.int32(1)},
     "gigpo/EZPoints-v0": {"target": np.int64(12), "solvable_only": np.bool_(True)},
     "gigpo/Points24-v0": {"num_cards": np.int8(4)},
-    "gigpo/NumberLine-v0": {"max_position": np.int64(4)},
+    "gigpo/NumberLine-v0": {
+        "max_position": np.int64(4),
+        "words": np.bool_(True),
+        "clock": np.bool_(True),
+    },
     "gigpo/Blackjack-v0": {"natural": np.bool_(True)},
     "gigpo/WebShop-v0": {"num_products": np.int64(30), "reward_scale": np.float32(2.0)},
     "gigpo/SearchQA-v0": {"topk": np.int64(2), "max_turns": np.int16(3)},
