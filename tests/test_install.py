@@ -70,6 +70,7 @@ def test_the_wheel_carries_configs_launchers_and_license(installed):
     names = set(zipfile.ZipFile(installed["wheel"]).namelist())
     for wanted in ("training/configs/smoke.yaml", "training/configs/quickstart.yaml",
                    "training/configs/study/numberline.yaml", "training/openrlhf_gigpo.sh",
+                   "training/configs/study/numberline_clock.yaml", "training/studies/paper.yaml",
                    "training/quickstart.sh", "training/suites/alfworld-gen-v1.yaml",
                    "training/suites/searchqa-all.yaml"):  # fmt: skip
         assert wanted in names, wanted

@@ -31,6 +31,43 @@ def mean_ci(values: list[float]) -> tuple[float, float]:
     return mean, t * sd / math.sqrt(n)
 
 
+def sign_test(better: int, worse: int) -> float:
+    """The exact two-sided sign test's p-value for ``better`` against ``worse`` (ties out)."""
+    n = better + worse
+    if n == 0:
+        return 1.0
+    tail = sum(math.comb(n, k) for k in range(min(better, worse) + 1)) / 2.0**n
+    return min(1.0, 2 * tail)
+
+
+def paired_difference(a: list[float], b: list[float]) -> dict[str, Any]:
+    """``a - b`` paired entry by entry (the same seed or task): the mean difference, its
+    95% t interval, how often each side is ahead, and the sign test's p-value.
+
+    Pairs where either side is NaN are left out.
+
+    Returns:
+        ``{"n", "mean", "half", "low", "high", "wins", "losses", "ties", "p_sign"}``.
+    """
+    if len(a) != len(b):
+        raise ValueError(f"paired values need equal lengths, got {len(a)} and {len(b)}")
+    diffs = [x - y for x, y in zip(a, b, strict=True) if not (math.isnan(x) or math.isnan(y))]
+    mean, half = mean_ci(diffs)
+    wins = sum(d > 0 for d in diffs)
+    losses = sum(d < 0 for d in diffs)
+    return {
+        "n": len(diffs),
+        "mean": mean,
+        "half": half,
+        "low": mean - half,
+        "high": mean + half,
+        "wins": wins,
+        "losses": losses,
+        "ties": len(diffs) - wins - losses,
+        "p_sign": sign_test(wins, losses),
+    }
+
+
 def wilson_interval(successes: int, trials: int, z: float = Z95) -> tuple[float, float]:
     """The Wilson score interval of a success rate (95% by default).
 

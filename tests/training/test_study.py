@@ -8,7 +8,9 @@ import math
 import pytest
 
 from training.cli.study import main, mean_ci, plan_runs
+from training.cli.study_plan import Arm, axis_arms, load_study_file, parse_arm
 from training.local.config import ConfigError
+from training.stats import paired_difference
 
 
 def test_mean_and_95_percent_interval_by_hand():
@@ -72,10 +74,11 @@ def test_a_small_study_writes_its_table_plot_and_numbers(tmp_path, tiny_model_di
     argv = ["--config", config, "--estimators", "gigpo", "grpo", "--seeds", "0", "1"]
     assert main([*argv, "--out", str(out), "--jobs", "2"]) == 0
     table = (out / "study.md").read_text()
-    assert "| gigpo | 2 |" in table and "| grpo | 2 |" in table
+    assert "| `gigpo` | 2 |" in table and "| `grpo` | 2 |" in table
+    assert "| `gigpo` - `grpo` | 2 |" in table  # the default pair
     assert (out / "study.png").stat().st_size > 10_000
     study = json.loads((out / "study.json").read_text())
-    entry = study["tiny_line"]["grpo"]
+    entry = study["runs"]["tiny_line"]["grpo"]
     assert entry["seeds"] == [0, 1]
     for key in ("train_success", "heldout_success", "valid_action_rate", "step_group_coverage"):
         values = entry["per_seed"][key]
@@ -87,6 +90,130 @@ def test_a_small_study_writes_its_table_plot_and_numbers(tmp_path, tiny_model_di
     assert main([*argv, "--out", str(out)]) == 0
     assert (out / "runs" / "tiny_line" / "grpo" / "seed1" / "metrics.jsonl").read_text() == first
     assert (
-        json.loads((out / "study.json").read_text())["tiny_line"]["grpo"]["per_seed"]
+        json.loads((out / "study.json").read_text())["runs"]["tiny_line"]["grpo"]["per_seed"]
         == entry["per_seed"]
     )
+
+
+def test_arms_parse_to_one_canonical_name_and_bad_specs_are_named():
+    arm = parse_arm("gigpo:norm=mean, step_weight=2")
+    assert arm == Arm("gigpo", (("norm", "mean"), ("step_weight", "2")))
+    assert arm.name == "gigpo:norm=mean,step_weight=2"
+    assert arm.overrides() == ["--algo.estimator=gigpo", "--algo.norm=mean", "--algo.step_weight=2"]
+    assert parse_arm("rloo").name == "rloo" and parse_arm("rloo").overrides() == [
+        "--algo.estimator=rloo"
+    ]
+    for spec, message in [
+        ("a2c", "estimator must be one of"),
+        ("gigpo:norm", "is not key=value"),
+        ("gigpo:colour=red", "algo.colour is not a setting"),
+        ("gigpo:norm=mean,norm=loo", "given twice"),
+        ("gigpo:", "nothing after"),
+        ("", "an arm is a string"),
+    ]:
+        with pytest.raises(ConfigError, match=message):
+            parse_arm(spec)
+
+
+def test_axes_cross_only_the_arms_that_read_them():
+    arms = axis_arms(
+        [Arm("gigpo"), Arm("grpo"), Arm("rloo")], {"norm": ["mean", "loo"], "step_weight": [2]}
+    )
+    assert [a.name for a in arms] == [
+        "gigpo:norm=mean,step_weight=2",
+        "gigpo:norm=loo,step_weight=2",
+        "grpo:norm=mean",
+        "grpo:norm=loo",
+        "rloo",  # RLOO reads neither: one arm
+    ]
+    with pytest.raises(ConfigError, match="algo.speed is not a setting"):
+        axis_arms([Arm("gigpo")], {"speed": [1]})
+
+
+def test_paired_difference_by_hand():
+    d = paired_difference([0.9, 0.8, 0.7, 0.5], [0.5, 0.8, 0.4, 0.6])  # diffs .4 0 .3 -.1
+    assert d["n"] == 4 and (d["wins"], d["losses"], d["ties"]) == (2, 1, 1)
+    assert d["mean"] == pytest.approx(0.15)
+    sd = math.sqrt(((0.25**2) + 0.15**2 + 0.15**2 + 0.25**2) / 3)
+    assert d["half"] == pytest.approx(3.182 * sd / 2)
+    assert d["p_sign"] == pytest.approx(1.0)  # 2 vs 1: 2 * (1 + 2) / 8 = 0.75 -> ... capped
+    assert paired_difference([1.0] * 8, [0.0] * 8)["p_sign"] == pytest.approx(2 / 256)
+    nan = paired_difference([1.0, math.nan], [0.0, 0.0])
+    assert nan["n"] == 1
+    with pytest.raises(ValueError, match="equal lengths"):
+        paired_difference([1.0], [])
+
+
+def test_study_file_parts_pairs_and_errors(tmp_path, tiny_model_dir):
+    config = _config(tmp_path, tiny_model_dir)
+    good = tmp_path / "s.yaml"
+    good.write_text(
+        "jobs: 2\nparts:\n"
+        f"  - name: norm\n    configs: [{config}]\n    seeds: 3\n"
+        "    arms: [gigpo, grpo]\n    axes: {norm: [mean, mean_std]}\n"
+        "  - name: weight\n    configs: [tiny_line.yaml]\n    seeds: [0, 1]\n"
+        "    arms: ['gigpo:norm=mean,step_weight=2', 'gigpo:norm=mean']\n"
+        "    pairs: [['gigpo:norm=mean,step_weight=2', 'gigpo:norm=mean']]\n"
+    )
+    parts, options = load_study_file(good)
+    assert options == {"jobs": 2} and [p.name for p in parts] == ["norm", "weight"]
+    assert parts[0].seeds == [0, 1, 2]
+    assert parts[0].pairs == [
+        ("gigpo:norm=mean", "grpo:norm=mean"),
+        ("gigpo:norm=mean_std", "grpo:norm=mean_std"),
+    ]
+    runs, _ = __import__("training.cli.study_plan", fromlist=["plan_runs"]).plan_runs(
+        parts, tmp_path / "out"
+    )
+    # gigpo:norm=mean seeds 0, 1 are shared by both parts: trained once.
+    assert len(runs) == 4 * 3 + 2
+    for text, message in [
+        ("parts: []\n", "parts: a non-empty list"),
+        ("parts: [{configs: [nope.yaml], arms: [gigpo]}]\n", "parts.0.configs: no file"),
+        (f"parts: [{{configs: [{config}], arms: [gigpo], colour: 1}}]\n", "parts.0.colour"),
+        (f"parts: [{{configs: [{config}], arms: [gigpo], seeds: [1, 1]}}]\n", "parts.0.seeds"),
+        (
+            f"parts: [{{configs: [{config}], arms: [gigpo], pairs: [[gigpo, grpo]]}}]\n",
+            "parts.0.pairs: 'grpo' is not an arm",
+        ),
+        ("jobs: 0\nparts: []\n", "jobs must be a positive int"),
+        ("extra: 1\n", "unknown key 'extra'"),
+        ("[1, 2\n", "cannot read it"),
+    ]:
+        bad = tmp_path / "bad.yaml"
+        bad.write_text(text)
+        with pytest.raises(ConfigError, match=message):
+            load_study_file(bad)
+
+
+def test_an_arm_setting_its_estimator_ignores_fails_before_any_model_is_built(tmp_path):
+    path = tmp_path / "tiny_line.yaml"
+    path.write_text(
+        "model: {name_or_path: tiny-random}\n"
+        "env:\n  id: gigpo/NumberLine-v0\n  kwargs: {max_position: 3, max_steps: 3}\n"
+        "  num_groups: 2\n  group_size: 2\n"
+        "run: {iterations: 2}\n"
+    )
+    with pytest.raises(SystemExit):
+        main(["--config", str(path), "--arm", "grpo:step_weight=2", "--out", str(tmp_path / "o")])
+    assert not (tmp_path / "o").exists()  # no tiny model was built
+
+
+def test_the_shipped_paper_study_has_the_paper_axes_on_8_seeds():
+    from training.cli.study import study_path
+
+    parts, options = load_study_file(study_path("paper"))
+    assert options == {"jobs": 2, "threads": 1}
+    by_name = {p.name: p for p in parts}
+    norm = by_name["norm"]
+    assert len(norm.seeds) >= 8
+    for n in ("mean", "mean_std", "loo"):
+        assert f"gigpo:norm={n}" in [a.name for a in norm.arms]
+    assert ("gigpo:norm=mean", "grpo:norm=mean") in norm.pairs
+    assert ("gigpo:norm=mean_std", "grpo:norm=mean_std") in norm.pairs
+    weights = {dict(a.settings).get("step_weight") for a in by_name["step_weight"].arms}
+    assert weights == {"0.5", None, "2"}
+    metrics = {dict(a.settings).get("similarity_metric") for a in by_name["grouping"].arms}
+    assert metrics == {None, "difflib", "embedding"}
+    with pytest.raises(ConfigError, match="no shipped study"):
+        study_path("nope")

@@ -12,7 +12,10 @@
 - :mod:`training.cli.suite_data`: a suite's data, generated once, hashed and checked;
 - :mod:`training.cli.suite_run`: a suite's tasks played in batches, resumably;
 - :mod:`training.cli.suite_table`: a suite's cells with intervals, the paper-layout table;
-- :mod:`training.cli.study`: one config trained under several estimators and seeds;
+- :mod:`training.cli.study`: one recipe trained under several arms (estimator + settings)
+  and seeds (``python -m training.study``);
+- :mod:`training.cli.study_plan`: the study's arms, parts, study files and runs;
+- :mod:`training.cli.study_report`: the study's arm tables, paired differences and curves;
 - :mod:`training.cli.quickstart`: GiGPO on SmolLM2-135M-Instruct, on CPU, in minutes
   (``gigpo-quickstart``).
 """

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from training.cli.suites import SuiteError
-from training.stats import Z95, mean_ci, wilson_interval
+from training.stats import Z95, mean_ci, sign_test, wilson_interval
 
 #: ALFWorld's task types as the paper's columns.
 ALFWORLD_COLUMNS = {
@@ -206,15 +206,6 @@ def paired_line(first: str, label: str, a: dict[int, float], b: dict[int, float]
     return (f"`{label}` vs `{first}`: {100 * mean:+.1f} points [{100 * (mean - half):+.1f}, "
             f"{100 * (mean + half):+.1f}] over {len(shared)} tasks; better on {better}, worse "
             f"on {worse} (sign test p = {sign_test(better, worse):.3g})")  # fmt: skip
-
-
-def sign_test(better: int, worse: int) -> float:
-    """The exact two-sided sign test's p-value for ``better`` against ``worse`` (ties out)."""
-    n = better + worse
-    if n == 0:
-        return 1.0
-    tail = sum(math.comb(n, k) for k in range(min(better, worse) + 1)) / 2.0**n
-    return min(1.0, 2 * tail)
 
 
 def _task_outcomes(path: Path) -> dict[int, float]:
