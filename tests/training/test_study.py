@@ -157,6 +157,7 @@ def test_study_file_parts_pairs_and_errors(tmp_path, tiny_model_dir):
     )
     parts, options = load_study_file(good)
     assert options == {"jobs": 2} and [p.name for p in parts] == ["norm", "weight"]
+    assert parts[0].overrides == ()
     assert parts[0].seeds == [0, 1, 2]
     assert parts[0].pairs == [
         ("gigpo:norm=mean", "grpo:norm=mean"),
@@ -177,6 +178,8 @@ def test_study_file_parts_pairs_and_errors(tmp_path, tiny_model_dir):
             "parts.0.pairs: 'grpo' is not an arm",
         ),
         ("jobs: 0\nparts: []\n", "jobs must be a positive int"),
+        ("overrides: [run.iterations=5]\nparts: []\n", "overrides: a list of '--key=value'"),
+        ("overrides: ['--run.seed=5']\nparts: []\n", "the study's own"),
         ("extra: 1\n", "unknown key 'extra'"),
         ("[1, 2\n", "cannot read it"),
     ]:
@@ -206,9 +209,11 @@ def test_the_shipped_paper_study_has_the_paper_axes_on_8_seeds():
     assert options == {"jobs": 2, "threads": 1}
     by_name = {p.name: p for p in parts}
     norm = by_name["norm"]
-    assert len(norm.seeds) >= 8
+    assert len(norm.seeds) >= 8 and len(by_name["step_weight"].seeds) >= 8
+    every_arm = {a.name for p in parts for a in p.arms}
     for n in ("mean", "mean_std", "loo"):
-        assert f"gigpo:norm={n}" in [a.name for a in norm.arms]
+        assert f"gigpo:norm={n}" in every_arm
+    assert {"rloo", "ppo"} <= every_arm
     assert ("gigpo:norm=mean", "grpo:norm=mean") in norm.pairs
     assert ("gigpo:norm=mean_std", "grpo:norm=mean_std") in norm.pairs
     weights = {dict(a.settings).get("step_weight") for a in by_name["step_weight"].arms}
@@ -217,3 +222,25 @@ def test_the_shipped_paper_study_has_the_paper_axes_on_8_seeds():
     assert metrics == {None, "difflib", "embedding"}
     with pytest.raises(ConfigError, match="no shipped study"):
         study_path("nope")
+
+
+def test_study_file_overrides_reach_every_run(tmp_path, tiny_model_dir):
+    from training.cli.study_plan import plan_runs as plan_parts
+
+    config = _config(tmp_path, tiny_model_dir)
+    path = tmp_path / "s.yaml"
+    path.write_text(
+        "overrides: ['--run.iterations=1', '--algo.kl_coef=0.5']\n"
+        f"parts: [{{configs: [{config}], arms: [gigpo, grpo], seeds: 2}}]\n"
+    )
+    parts, _ = load_study_file(path)
+    runs, _ = plan_parts(parts, tmp_path / "out")
+    assert len(runs) == 4
+    for run in runs:
+        assert {"--run.iterations=1", "--algo.kl_coef=0.5"} <= set(run.argv())
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(
+        f"overrides: ['--algo.step_weight=2']\nparts: [{{configs: [{config}], arms: [grpo]}}]\n"
+    )
+    with pytest.raises(ConfigError, match="algo.step_weight=2.0 is not used"):
+        plan_parts(load_study_file(bad)[0], tmp_path / "out2")

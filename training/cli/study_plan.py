@@ -10,6 +10,7 @@ whose per-seed differences the report gives. A study file (YAML) lists parts::
 
     jobs: 2                      # runs at once (optional)
     threads: 1                   # torch threads per run (optional)
+    overrides: [--run.iterations=50]   # config overrides for every run (optional)
     parts:
       - name: norm
         configs: [numberline_long.yaml]      # relative to the study file
@@ -37,7 +38,7 @@ from training.local.schema import AlgoConfig
 
 _KEY = re.compile(r"^[a-z_]+$")
 _PART_KEYS = {"name", "configs", "seeds", "arms", "axes", "pairs"}
-_FILE_KEYS = {"jobs", "threads", "parts"}
+_FILE_KEYS = {"jobs", "threads", "overrides", "parts"}
 
 
 @dataclass(frozen=True)
@@ -119,6 +120,8 @@ class Part:
     arms: list[Arm]
     seeds: list[int]
     pairs: list[tuple[str, str]] = field(default_factory=list)
+    overrides: tuple[str, ...] = ()
+    """Config overrides (``--run.iterations=50``) for every run of the part."""
 
 
 @dataclass(frozen=True)
@@ -191,7 +194,8 @@ def check_pairs(pairs: Any, arms: list[Arm], where: str) -> list[tuple[str, str]
 
 
 def load_study_file(path: Path) -> tuple[list[Part], dict[str, int]]:
-    """The parts of a study file and its options (``jobs``, ``threads``), checked.
+    """The parts of a study file and its options (``jobs``, ``threads``), checked; the
+    file's ``overrides`` go into every part.
 
     Raises:
         ConfigError: naming the dotted key that is wrong.
@@ -212,6 +216,13 @@ def load_study_file(path: Path) -> tuple[list[Part], dict[str, int]]:
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"{key} must be a positive int, got {value!r}")
             options[key] = value
+    overrides = data.get("overrides") or []
+    if not isinstance(overrides, list) or not all(
+        isinstance(o, str) and o.startswith("--") and "=" in o for o in overrides
+    ):
+        raise ConfigError(f"overrides: a list of '--key=value' strings, got {overrides!r}")
+    if any(o.startswith(("--algo.estimator", "--run.seed", "--out")) for o in overrides):
+        raise ConfigError("overrides: the estimator, seed and output are the study's own")
     raw = data.get("parts")
     if not isinstance(raw, list) or not raw:
         raise ConfigError(f"parts: a non-empty list of parts, got {raw!r}")
@@ -246,7 +257,7 @@ def load_study_file(path: Path) -> tuple[list[Part], dict[str, int]]:
         seeds = check_seeds(entry.get("seeds", 3), f"{where}.seeds")
         pairs = check_pairs(entry.get("pairs"), arms, f"{where}.pairs") or default_pairs(arms)
         name = str(entry.get("name", f"part{i}"))
-        parts.append(Part(name, config_paths, arms, seeds, pairs))
+        parts.append(Part(name, config_paths, arms, seeds, pairs, tuple(overrides)))
     if len({p.name for p in parts}) != len(parts):
         raise ConfigError("parts: names must differ")
     return parts, options
@@ -275,11 +286,15 @@ def plan_runs(
             if other != Path(path).resolve():
                 raise ConfigError(f"config file names must differ (they name the runs): {path}")
     if quick:
-        parts = [Part(p.name, p.configs, p.arms, p.seeds[:2], p.pairs) for p in parts]
+        parts = [Part(p.name, p.configs, p.arms, p.seeds[:2], p.pairs, p.overrides) for p in parts]
     prepared: dict[Path, list[str]] = {}
     for part in parts:
         for path in part.configs:
-            overrides = prepared.setdefault(path, _overrides(path, quick, threads))
+            overrides = prepared.setdefault(
+                path, [*part.overrides, *_overrides(path, part.overrides, quick, threads)]
+            )
+            if part.overrides != tuple(overrides[: len(part.overrides)]):
+                raise ConfigError(f"{part.name}: {path} has other overrides in another part")
             for arm in part.arms:
                 try:
                     load_config(path, [*overrides, *arm.overrides()])
@@ -287,7 +302,7 @@ def plan_runs(
                     raise ConfigError(f"{part.name}: arm {arm.name!r}: {exc}") from exc
     # Only now, with every arm checked, build the shared tiny models.
     for path, overrides in prepared.items():
-        base = load_config(path)
+        base = load_config(path, overrides)
         if base.model.name_or_path == "tiny-random":
             overrides.append(f"--model.name_or_path={_shared_tiny_model(base, out)}")
     runs: dict[tuple[str, str, int], Run] = {}
@@ -302,8 +317,8 @@ def plan_runs(
     return list(runs.values()), parts
 
 
-def _overrides(path: Path, quick: bool, threads: int) -> list[str]:
-    base = load_config(path)
+def _overrides(path: Path, given: tuple[str, ...], quick: bool, threads: int) -> list[str]:
+    base = load_config(path, list(given))
     overrides = [f"--run.threads={threads}"]
     if quick:
         iterations = max(2, base.run.iterations // 6)
