@@ -258,7 +258,8 @@ def usable_metrics(metrics: Sequence[str]) -> list[str]:
     """The similarity metrics ``anchor_groups`` accepts; notes the others on stderr.
 
     Each is probed on two short texts, which also loads an embedding model before any
-    timing. Errors other than ``ValueError`` (a missing package) are raised.
+    timing. An unknown metric (``ValueError``) or a missing package (``ImportError``) skips
+    the metric with a note; other errors are raised.
     """
     from gigpo_algo.grouping import anchor_groups
 
@@ -266,7 +267,7 @@ def usable_metrics(metrics: Sequence[str]) -> list[str]:
     for metric in metrics:
         try:
             anchor_groups(["put a mug", "put a cup"], [0, 0], similarity=0.5, metric=metric)
-        except ValueError as error:
+        except (ValueError, ImportError) as error:
             print(f"note: skipping metric {metric!r}: {error}", file=sys.stderr, flush=True)
             continue
         usable.append(metric)

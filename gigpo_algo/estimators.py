@@ -110,6 +110,13 @@ def check_settings(
         raise ValueError(f"{prefix}gamma must be in [0, 1], got {gamma}")
     if similarity is not None and not 0.0 < similarity < 1.0:
         raise ValueError(f"{prefix}similarity must be in (0, 1) or unset, got {similarity}")
+    if settings.get("similarity_metric") == "embedding":
+        from gigpo_algo.embedding import default_model_dir
+
+        try:
+            default_model_dir()
+        except ImportError as exc:
+            raise ValueError(f"{prefix}similarity_metric='embedding': {exc}") from None
     if settings.get("similarity_metric") is not None and similarity is None:
         raise ValueError(f"{prefix}similarity_metric needs {prefix}similarity (a threshold)")
     if (settings.get("invalid_penalty") or 0.0) < 0:

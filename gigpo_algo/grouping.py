@@ -82,6 +82,12 @@ def step_group_codes(
 ) -> np.ndarray:
     """:func:`anchor_groups` on already-coded episode groups (int64, shape (N,))."""
     n = len(groups)
+    if encoder is not None and (similarity is None or metric != "embedding"):
+        raise ValueError(
+            f'an encoder is only used with a similarity threshold and {metric_name}="embedding"'
+        )
+    if encoder is not None and not callable(encoder):
+        raise ValueError(f"encoder must be callable (texts -> array (n, d)), got {encoder!r}")
     if similarity is None:
         codes, num_codes = _anchor_codes(anchors, n)
         return combine_codes(groups, num_groups, codes, num_codes)[0]
@@ -92,8 +98,6 @@ def step_group_codes(
         raise ValueError(f"similarity must be in (0, 1), got {similarity!r}")
     if metric not in METRICS:
         raise ValueError(f"{metric_name} must be one of {METRICS}, got {metric!r}")
-    if encoder is not None and metric != "embedding":
-        raise ValueError(f'an encoder is only used with {metric_name}="embedding", not {metric!r}')
     return similarity_groups(texts, groups, float(similarity), metric=metric, encoder=encoder)
 
 

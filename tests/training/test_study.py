@@ -100,6 +100,9 @@ def test_arms_parse_to_one_canonical_name_and_bad_specs_are_named():
     assert arm == Arm("gigpo", (("norm", "mean"), ("step_weight", "2")))
     assert arm.name == "gigpo:norm=mean,step_weight=2"
     assert arm.overrides() == ["--algo.estimator=gigpo", "--algo.norm=mean", "--algo.step_weight=2"]
+    # One arm however it is spelt: settings sorted, values as YAML reads them.
+    assert parse_arm("gigpo:step_weight=2.0,norm=mean") == arm
+    assert parse_arm("gigpo:similarity=0.90").name == "gigpo:similarity=0.9"
     assert parse_arm("rloo").name == "rloo" and parse_arm("rloo").overrides() == [
         "--algo.estimator=rloo"
     ]
@@ -136,7 +139,7 @@ def test_paired_difference_by_hand():
     assert d["mean"] == pytest.approx(0.15)
     sd = math.sqrt(((0.25**2) + 0.15**2 + 0.15**2 + 0.25**2) / 3)
     assert d["half"] == pytest.approx(3.182 * sd / 2)
-    assert d["p_sign"] == pytest.approx(1.0)  # 2 vs 1: 2 * (1 + 2) / 8 = 0.75 -> ... capped
+    assert d["p_sign"] == pytest.approx(1.0)  # 2 vs 1: 2 * (1 + 3) / 8 = 1
     assert paired_difference([1.0] * 8, [0.0] * 8)["p_sign"] == pytest.approx(2 / 256)
     nan = paired_difference([1.0, math.nan], [0.0, 0.0])
     assert nan["n"] == 1
@@ -178,6 +181,18 @@ def test_study_file_parts_pairs_and_errors(tmp_path, tiny_model_dir):
             "parts.0.pairs: 'grpo' is not an arm",
         ),
         ("jobs: 0\nparts: []\n", "jobs must be a positive int"),
+        (f"parts: [{{configs: [{config}], arms: [gigpo], pairs: 5}}]\n", "parts.0.pairs: a list"),
+        (
+            f"parts: [{{configs: [{config}], arms: [gigpo], pairs: [[gigpo, gigpo]]}}]\n",
+            "paired with itself",
+        ),
+        (f"parts: [{{configs: [{config}], arms: [gigpo], name: null}}]\n", "parts.0.name"),
+        (
+            f"parts: [{{configs: [{config}], arms: [gigpo], name: a}}, "
+            f"{{configs: [{config}], arms: [grpo], name: a}}]\n",
+            "parts.1.name: 'a' names another part",
+        ),
+        ("overrides: ['--algo.norm=mean']\nparts: []\n", "--algo.norm is the study's own"),
         ("overrides: [run.iterations=5]\nparts: []\n", "overrides: a list of '--key=value'"),
         ("overrides: ['--run.seed=5']\nparts: []\n", "the study's own"),
         ("extra: 1\n", "unknown key 'extra'"),
@@ -230,17 +245,46 @@ def test_study_file_overrides_reach_every_run(tmp_path, tiny_model_dir):
     config = _config(tmp_path, tiny_model_dir)
     path = tmp_path / "s.yaml"
     path.write_text(
-        "overrides: ['--run.iterations=1', '--algo.kl_coef=0.5']\n"
+        "overrides: ['--run.iterations=1', '--optim.lr=0.001']\n"
         f"parts: [{{configs: [{config}], arms: [gigpo, grpo], seeds: 2}}]\n"
     )
     parts, _ = load_study_file(path)
     runs, _ = plan_parts(parts, tmp_path / "out")
     assert len(runs) == 4
     for run in runs:
-        assert {"--run.iterations=1", "--algo.kl_coef=0.5"} <= set(run.argv())
+        assert {"--run.iterations=1", "--optim.lr=0.001"} <= set(run.argv())
     bad = tmp_path / "bad.yaml"
     bad.write_text(
-        f"overrides: ['--algo.step_weight=2']\nparts: [{{configs: [{config}], arms: [grpo]}}]\n"
+        f"overrides: ['--optim.lr=-1']\nparts: [{{configs: [{config}], arms: [grpo]}}]\n"
     )
-    with pytest.raises(ConfigError, match="algo.step_weight=2.0 is not used"):
+    with pytest.raises(ConfigError, match="optim.lr"):
         plan_parts(load_study_file(bad)[0], tmp_path / "out2")
+
+
+def test_a_run_folder_with_other_settings_is_refused_before_training(tmp_path, tiny_model_dir):
+    from training.cli.study import run_all
+
+    config = _config(tmp_path, tiny_model_dir)
+    out = tmp_path / "study"
+    assert (
+        main(["--config", config, "--estimators", "grpo", "--seeds", "0", "--out", str(out)]) == 0
+    )
+    before = (out / "runs" / "tiny_line" / "grpo" / "seed0" / "metrics.jsonl").read_text()
+    # The same folder under another setting (a KL coefficient) is another run: refused.
+    changed = plan_runs([config], [], [0], out, arms=[parse_arm("grpo:kl_coef=0.5")])
+    changed = [r for r in changed]
+    moved = type(changed[0])(
+        changed[0].config_path,
+        changed[0].name,
+        changed[0].arm,
+        0,
+        out / "runs" / "tiny_line" / "grpo" / "seed0",
+        changed[0].overrides,
+    )
+    with pytest.raises(ConfigError, match="holds a run with other settings.*kl_coef"):
+        run_all([moved], 1)
+    after = (out / "runs" / "tiny_line" / "grpo" / "seed0" / "metrics.jsonl").read_text()
+    assert after == before
+    # --quick runs live in their own folders, never beside the full ones.
+    quick = plan_runs([config], ["grpo"], [0], out, quick=True)
+    assert "runs-quick" in str(quick[0].out)

@@ -81,7 +81,15 @@ def plan_runs(
 
 def run_all(runs: list[Run], jobs: int, log: Any = sys.stderr) -> None:
     """Trains the runs, ``jobs`` at a time, each in its own process; a finished run (its
-    metrics hold every iteration) is skipped."""
+    metrics hold every iteration) is skipped.
+
+    Raises:
+        ConfigError: before anything trains, a run folder that holds a run with other
+            settings (another study, another budget) than planned.
+        RuntimeError: a run failed; the runs not started yet are cancelled.
+    """
+    for run in runs:
+        _check_existing(run)
 
     def one(run: Run) -> None:
         config = load_config(run.config_path, run.argv()[5:])
@@ -99,9 +107,40 @@ def run_all(runs: list[Run], jobs: int, log: Any = sys.stderr) -> None:
         atomic_write_text(run.out / "wall_seconds.txt", f"{seconds:.1f}\n")
         print(f"done {run.name} {run.arm.name} seed {run.seed} in {seconds:.0f} s", file=log)
 
-    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+    pool = ThreadPoolExecutor(max_workers=max(1, jobs))
+    try:
         for future in [pool.submit(one, run) for run in runs]:
             future.result()
+    except BaseException:
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
+
+
+def _check_existing(run: Run) -> None:
+    """A run folder that already holds a run must hold this one: same settings (those a
+    resume may change aside), no more iterations than planned."""
+    from training.local.resume import config_changes
+
+    saved = run.out / "config.json"
+    if not saved.is_file():
+        return
+    config = load_config(run.config_path, run.argv()[5:])
+    try:
+        changes = config_changes(json.loads(saved.read_text(encoding="utf-8")), config)
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"{saved}: cannot read it ({exc}); use another --out") from exc
+    changes = [c for c in changes if not c.startswith(("run.label", "run.progress", "out"))]
+    rows = read_metrics(run.out)
+    if rows and rows[-1]["iteration"] + 1 > config.run.iterations:
+        changes.append(
+            f"run.iterations: {rows[-1]['iteration'] + 1} played -> {config.run.iterations}"
+        )
+    if changes:
+        raise ConfigError(
+            f"{run.out} holds a run with other settings ({'; '.join(changes[:4])}); "
+            "use another --out"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -43,7 +43,8 @@ _FILE_KEYS = {"jobs", "threads", "overrides", "parts"}
 
 @dataclass(frozen=True)
 class Arm:
-    """One estimator with some settings; ``name`` is its canonical spec string."""
+    """One estimator with some settings; ``name`` is its canonical spec string (settings in
+    alphabetical order, values as :func:`canonical_value` writes them)."""
 
     estimator: str
     settings: tuple[tuple[str, str], ...] = ()
@@ -87,10 +88,29 @@ def parse_arm(spec: str, where: str = "--arm") -> Arm:
             raise ConfigError(f"{where}: {spec!r}: algo.{key} is not a setting")
         if key in dict(settings):
             raise ConfigError(f"{where}: {spec!r}: algo.{key} is given twice")
-        settings.append((key, value))
+        settings.append((key, canonical_value(value)))
     if colon and not settings:
         raise ConfigError(f"{where}: {spec!r}: nothing after ':'")
-    return Arm(estimator, tuple(settings))
+    return Arm(estimator, tuple(sorted(settings)))
+
+
+def canonical_value(value: Any) -> str:
+    """One spelling per value, as YAML reads it: ``2``, ``2.0`` -> ``2``; ``0.90`` ->
+    ``0.9``; ``True`` -> ``true``; None -> ``null``; other text as it is."""
+    if isinstance(value, str):
+        try:
+            value = yaml.safe_load(value)
+        except yaml.YAMLError:
+            return value
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    if isinstance(value, int | float):
+        return repr(value)
+    return str(value)
 
 
 def axis_arms(arms: list[Arm], axes: dict[str, list[Any]], where: str = "axes") -> list[Arm]:
@@ -106,8 +126,8 @@ def axis_arms(arms: list[Arm], axes: dict[str, list[Any]], where: str = "axes") 
     for arm in arms:
         keys = [k for k in axes if arm.estimator in reads[k] and k not in dict(arm.settings)]
         for combo in itertools.product(*(axes[k] for k in keys)):
-            extra = tuple((k, _scalar(v)) for k, v in zip(keys, combo, strict=True))
-            out.append(Arm(arm.estimator, arm.settings + extra))
+            extra = tuple((k, canonical_value(v)) for k, v in zip(keys, combo, strict=True))
+            out.append(Arm(arm.estimator, tuple(sorted(arm.settings + extra))))
     return list(dict.fromkeys(out))
 
 
@@ -180,15 +200,20 @@ def check_seeds(seeds: Any, where: str) -> list[int]:
 
 
 def check_pairs(pairs: Any, arms: list[Arm], where: str) -> list[tuple[str, str]]:
+    """``[[A, B], ...]`` checked against the part's arms (names in any spelling)."""
     names = {a.name for a in arms}
+    if not isinstance(pairs, list | tuple):
+        raise ConfigError(f"{where}: a list of [arm A, arm B] pairs, got {pairs!r}")
     out = []
-    for pair in pairs or []:
+    for pair in pairs:
         if not isinstance(pair, list | tuple) or len(pair) != 2:
             raise ConfigError(f"{where}: a pair is [arm A, arm B], got {pair!r}")
         a, b = (parse_arm(str(x), where).name for x in pair)
         for x in (a, b):
             if x not in names:
                 raise ConfigError(f"{where}: {x!r} is not an arm of the part ({sorted(names)})")
+        if a == b:
+            raise ConfigError(f"{where}: {a!r} is paired with itself")
         out.append((a, b))
     return out
 
@@ -221,8 +246,13 @@ def load_study_file(path: Path) -> tuple[list[Part], dict[str, int]]:
         isinstance(o, str) and o.startswith("--") and "=" in o for o in overrides
     ):
         raise ConfigError(f"overrides: a list of '--key=value' strings, got {overrides!r}")
-    if any(o.startswith(("--algo.estimator", "--run.seed", "--out")) for o in overrides):
-        raise ConfigError("overrides: the estimator, seed and output are the study's own")
+    own = ("--algo.", "--run.seed", "--run.threads", "--run.label", "--run.progress", "--out")
+    for o in overrides:
+        if o.startswith(own):
+            raise ConfigError(
+                f"overrides: {o.split('=')[0]} is the study's own (algo.* settings go in the "
+                "arms, threads in 'threads', seeds in each part)"
+            )
     raw = data.get("parts")
     if not isinstance(raw, list) or not raw:
         raise ConfigError(f"parts: a non-empty list of parts, got {raw!r}")
@@ -255,11 +285,19 @@ def load_study_file(path: Path) -> tuple[list[Part], dict[str, int]]:
             raise ConfigError(f"{where}.axes: a mapping key -> list, got {axes!r}")
         arms = axis_arms(arms, axes, f"{where}.axes") if axes else list(dict.fromkeys(arms))
         seeds = check_seeds(entry.get("seeds", 3), f"{where}.seeds")
-        pairs = check_pairs(entry.get("pairs"), arms, f"{where}.pairs") or default_pairs(arms)
-        name = str(entry.get("name", f"part{i}"))
+        if "pairs" in entry:  # an empty list: no pairs
+            pairs = check_pairs(entry["pairs"], arms, f"{where}.pairs")
+        else:
+            pairs = default_pairs(arms)
+        name = entry.get("name", f"part{i}")
+        if not isinstance(name, str) or not name.strip():
+            raise ConfigError(f"{where}.name: a non-empty string, got {name!r}")
         parts.append(Part(name, config_paths, arms, seeds, pairs, tuple(overrides)))
-    if len({p.name for p in parts}) != len(parts):
-        raise ConfigError("parts: names must differ")
+    seen: set[str] = set()
+    for i, part in enumerate(parts):
+        if part.name in seen:
+            raise ConfigError(f"parts.{i}.name: {part.name!r} names another part too")
+        seen.add(part.name)
     return parts, options
 
 
@@ -284,7 +322,10 @@ def plan_runs(
         for path in part.configs:
             other = names.setdefault(Path(path).stem, Path(path).resolve())
             if other != Path(path).resolve():
-                raise ConfigError(f"config file names must differ (they name the runs): {path}")
+                raise ConfigError(
+                    f"{part.name}: configs: {path} and {other} have one file name, and the "
+                    "file name names the runs"
+                )
     if quick:
         parts = [Part(p.name, p.configs, p.arms, p.seeds[:2], p.pairs, p.overrides) for p in parts]
     prepared: dict[Path, list[str]] = {}
@@ -311,7 +352,8 @@ def plan_runs(
             for arm in part.arms:
                 for seed in part.seeds:
                     key = (Path(path).stem, arm.name, seed)
-                    run_out = out / "runs" / key[0] / arm.folder / f"seed{seed}"
+                    runs_dir = "runs-quick" if quick else "runs"  # never mixed with full runs
+                    run_out = out / runs_dir / key[0] / arm.folder / f"seed{seed}"
                     run = Run(Path(path), key[0], arm, seed, run_out, tuple(prepared[path]))
                     runs.setdefault(key, run)
     return list(runs.values()), parts
@@ -337,12 +379,3 @@ def _shared_tiny_model(config: TrainConfig, out: Path) -> Path:
     # Named by its settings, so that configs with the same tiny model share it.
     key = f"tiny-h{m.tiny_hidden_size}-l{m.tiny_layers}-v{m.tiny_vocab_size}-w{m.tiny_warmup_steps}"
     return resolve_model_path(m, out / "models" / key)
-
-
-def _scalar(value: Any) -> str:
-    """An axis value as the override string (YAML's spelling: 0.5, true, null)."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)

@@ -11,7 +11,7 @@ from typing import Any
 
 from training.cli.study_plan import Part, Run
 from training.files import atomic_write_bytes
-from training.local.config import TRAINER_ESTIMATORS, TrainConfig
+from training.local.config import TrainConfig
 from training.local.metrics import read_metrics
 from training.stats import mean_ci, paired_difference
 
@@ -157,8 +157,8 @@ def write_table(study: dict[str, Any], configs: dict[str, TrainConfig], header: 
 
 def paired_cell(d: dict[str, Any]) -> str:
     """``+0.12 [+0.03, +0.21] 7/1/0 p=0.07``."""
-    if d["n"] == 0:
-        return "n/a"
+    if d["n"] < 2:
+        return "n/a" if d["n"] == 0 else f"{d['mean']:+.2f} (1 seed)"
     return (
         f"{d['mean']:+.2f} [{d['low']:+.2f}, {d['high']:+.2f}] "
         f"{d['wins']}/{d['losses']}/{d['ties']} p={d['p_sign']:.2g}"
@@ -180,10 +180,11 @@ def plot_study(study: dict[str, Any], path: Path) -> Path:
     )
     runs = study["runs"]
     fig, axes = plt.subplots(len(runs), 3, figsize=(15, 3.8 * len(runs)), squeeze=False)
+    every_arm = sorted({arm for by_arm in runs.values() for arm in by_arm})
+    colours = {arm: f"C{i % 10}" for i, arm in enumerate(every_arm)}  # one per arm
     for row, (name, by_arm) in enumerate(runs.items()):
-        for index, (arm, entry) in enumerate(by_arm.items()):
-            plain = arm in TRAINER_ESTIMATORS
-            color = f"C{TRAINER_ESTIMATORS.index(arm) if plain else index % 10}"
+        for arm, entry in by_arm.items():
+            color = colours[arm]
             for ax, (key, x_key, title) in zip(axes[row], panels, strict=True):
                 curves = [c for c in entry["curves"] if c[key]]
                 if not curves:
