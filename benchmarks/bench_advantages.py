@@ -208,6 +208,8 @@ def embedding_case(batch: dict, shape: str, threshold: float = 0.9) -> None:
     torch.set_num_threads(1)
     rows = len(batch["rewards"])
     difflib_s, difflib_res = best_of(lambda b: ours(b, threshold), batch, 3)
+    sample = sorted(set(batch["anchors"]))[:300]
+    vectors = {}
     for dtype in ("auto", "float32"):
         tick = time.perf_counter()
         encoder = SentenceEncoder(dtype=dtype)
@@ -231,6 +233,7 @@ def embedding_case(batch: dict, shape: str, threshold: float = 0.9) -> None:
             )
 
         secs, res = best_of(run, batch, 2)
+        vectors[encoder.dtype] = encoder(sample)
         distinct = len(set(zip(batch["groups"], batch["anchors"], strict=True)))
         emit(
             what="gigpo_advantages_embedding",
@@ -247,6 +250,14 @@ def embedding_case(batch: dict, shape: str, threshold: float = 0.9) -> None:
             baseline="difflib (ours, same threshold, same run)",
             baseline_seconds=round(difflib_s, 4),
             baseline_step_groups=int(difflib_res.step_group_ids.max()) + 1,
+        )
+    if len(vectors) == 2:
+        a, b = vectors.values()
+        emit(
+            what="embedding_dtypes",
+            texts=len(sample),
+            cosine_max_abs_diff=float(np.max(np.abs(a @ a.T - b @ b.T))),
+            dtypes=list(vectors),
         )
 
 

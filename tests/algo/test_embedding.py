@@ -314,3 +314,14 @@ def brute_force_first_fit(vectors: np.ndarray, threshold: float) -> list[int]:
             out.append(len(reps))
             reps.append(i)
     return out
+
+
+def test_a_missing_encoder_package_is_a_settings_error_naming_the_key(monkeypatch):
+    import gigpo_algo.embedding as embedding
+    from gigpo_algo.estimators import check_settings
+
+    settings = {"similarity": 0.9, "similarity_metric": "embedding"}
+    check_settings("gigpo", settings, prefix="algo.")  # installed here: fine
+    monkeypatch.setattr(embedding, "DEFAULT_MODEL_PACKAGE", "no_such_encoder_package")
+    with pytest.raises(ValueError, match=r"algo.similarity_metric='embedding'.*gigpo\[dense\]"):
+        check_settings("gigpo", settings, prefix="algo.")
