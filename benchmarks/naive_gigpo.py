@@ -116,7 +116,7 @@ def naive_gigpo(
     *,
     gamma: float = 0.95,
     step_weight: float = 1.0,
-    norm: str = "mean_std",
+    norm: str = "mean",
     episode_stats: str = "trajectory",
     similarity: float | None = None,
     is_action_valid: list[bool] | None = None,

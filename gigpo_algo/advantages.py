@@ -106,7 +106,7 @@ def episode_advantages(
     group_ids: Any,
     *,
     traj_ids: Any = None,
-    norm: str = "mean_std",
+    norm: str = "mean",
     stats: str = "trajectory",
     eps: float = 1e-6,
 ) -> Any:
@@ -141,7 +141,7 @@ def step_advantages(
     returns: Any,
     step_group_ids: Any,
     *,
-    norm: str = "mean_std",
+    norm: str = "mean",
     eps: float = 1e-6,
 ) -> Any:
     """Relative advantage of each row's discounted return within its step group (Eq. 8).
@@ -171,7 +171,7 @@ def gigpo_advantages(
     *,
     gamma: float = 0.95,
     step_weight: float = 1.0,
-    norm: str = "mean_std",
+    norm: str = "mean",
     episode_stats: str = "trajectory",
     similarity: float | None = None,
     similarity_metric: str = "difflib",
@@ -197,7 +197,7 @@ def gigpo_advantages(
             ``similarity``, the states' texts (``state_text()``), never their keys.
         gamma: discount in [0, 1] for the step-level returns.
         step_weight: weight ``w`` of A_S.
-        norm: ``"mean"``, ``"mean_std"`` or ``"loo"``, for both levels.
+        norm: ``"mean"`` (default), ``"mean_std"`` or ``"loo"``, for both levels.
         episode_stats: ``"trajectory"`` (Eq. 3) or ``"step"`` (verl-agent).
         similarity: None (exact anchors) or a threshold in (0, 1).
         similarity_metric: ``"difflib"`` (verl-agent's partition), ``"indel"`` or
@@ -301,7 +301,7 @@ def episode_level(
     traj_ids: Any,
     group_ids: Any,
     *,
-    norm: str = "mean_std",
+    norm: str = "mean",
     episode_stats: str = "trajectory",
     is_action_valid: Any = None,
     invalid_penalty: float = 0.0,

@@ -150,7 +150,7 @@ def grpo_advantages(
     traj_ids: Any,
     group_ids: Any,
     *,
-    norm: str = "mean_std",
+    norm: str = "mean",
     episode_stats: str = "trajectory",
     is_action_valid: Any = None,
     invalid_penalty: float = 0.0,

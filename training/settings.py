@@ -73,7 +73,8 @@ class EstimatorSettings:
     norm: str | None = setting(
         None,
         ("gigpo", "grpo"),
-        "mean, mean_std (default) or loo; rloo is loo always",
+        "mean (default; the paper's GiGPO w/o std, verl-agent's mean_norm), mean_std or loo; "
+        "rloo is loo always",
         {"mode": {"mean_std_norm": "mean_std", "mean_norm": "mean"}},
     )
     episode_stats: str = setting(

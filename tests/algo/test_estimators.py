@@ -73,7 +73,7 @@ def test_one_score_per_trajectory_matches_the_trajectory_baselines():
     traj_groups = [k[0] for k in keys]
     row_index = [keys.index((gi, ti)) for gi, ti in zip(g, t, strict=True)]
     np.testing.assert_allclose(
-        grpo_advantages(r, t, g).advantages,
+        grpo_advantages(r, t, g, norm="mean_std").advantages,
         np.asarray(baselines.grpo(per_traj, traj_groups))[row_index],
         atol=1e-12,
     )
@@ -95,10 +95,13 @@ def test_the_issue_example_scores_the_same_under_both():
         groups,
         ["a", "b", "c", "a"],
         step_weight=0.0,
+        norm="mean_std",
         is_action_valid=valid,
         invalid_penalty=0.5,
     )
-    grpo = grpo_advantages(rewards, trajs, groups, is_action_valid=valid, invalid_penalty=0.5)
+    grpo = grpo_advantages(
+        rewards, trajs, groups, norm="mean_std", is_action_valid=valid, invalid_penalty=0.5
+    )
     assert grpo.advantages[3] == pytest.approx(-0.316, abs=1e-3)
     np.testing.assert_array_equal(grpo.advantages, gigpo.advantages)
 

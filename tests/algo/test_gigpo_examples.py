@@ -90,7 +90,7 @@ def test_gigpo_small_group_by_hand():
     rewards = [0, 0, 1, 0, 0, 0, 1]
     trajs = [0, 0, 0, 1, 1, 2, 2]
     anchors = ["s0", "s1", "s2", "s0", "s1", "s0", "s3"]
-    res = gigpo_advantages(rewards, trajs, [0] * 7, anchors, gamma=0.5, eps=0.0)
+    res = gigpo_advantages(rewards, trajs, [0] * 7, anchors, gamma=0.5, eps=0.0, norm="mean_std")
     np.testing.assert_allclose(res.returns, [0.25, 0.5, 1.0, 0.0, 0.0, 0.5, 1.0])
     np.testing.assert_array_equal(res.step_group_ids, [0, 1, 2, 0, 1, 0, 3])
     # A_E: scores 1, 0, 1 -> mean 2/3, std sqrt(1/3)

@@ -172,7 +172,9 @@ def test_torch_and_numpy_agree(b, opts):
 
 def test_numpy_dtype_kept_and_ids_from_tensors():
     r = np.array([1.0, 0.0, 0.0, 1.0], dtype=np.float32)
-    out = episode_advantages(r, torch.tensor([0, 0, 1, 1]), traj_ids=np.array([0, 1, 2, 3]))
+    out = episode_advantages(
+        r, torch.tensor([0, 0, 1, 1]), traj_ids=np.array([0, 1, 2, 3]), norm="mean_std"
+    )
     assert out.dtype == np.float32
     np.testing.assert_allclose(out, [0.7071, -0.7071, -0.7071, 0.7071], atol=1e-3)
 
