@@ -18,7 +18,7 @@ hold several parts, each with its configs, arms, seeds and pairs. The study trai
 * ``runs/<config>/<arm>/seed<k>/``: each run's own metrics, config and curve.
 
 A study that is stopped resumes where it was (finished runs are kept, a half-done run
-resumes from its checkpoint). ``--quick`` cuts every run to a sixth of its iterations (at
+resumes from its checkpoint). ``--quick`` cuts every run to a tenth of its iterations (at
 least 2) and every part to its first 2 seeds, for a smoke test of the whole pipeline.
 """
 
@@ -173,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=None, help="runs trained at once (2)")
     parser.add_argument("--threads", type=int, default=None, help="torch threads per run (1)")
     parser.add_argument(
-        "--quick", action="store_true", help="a sixth of the iterations, 2 seeds per part"
+        "--quick", action="store_true", help="a tenth of the iterations, 2 seeds per part"
     )
     args = parser.parse_args(argv)
     out = Path(args.out)

@@ -305,7 +305,7 @@ def plan_runs(
     parts: list[Part], out: Path, quick: bool = False, threads: int = 1
 ) -> tuple[list[Run], list[Part]]:
     """Every (config, arm, seed) run of the parts, once, with the overrides that make them
-    comparable; with ``quick``, a sixth of the iterations and the first 2 seeds of each part.
+    comparable; with ``quick``, a tenth of the iterations and the first 2 seeds of each part.
 
     Every config is loaded under every arm first, so a setting that an arm's estimator does
     not read (or a bad value) fails here, before anything trains. A ``tiny-random`` model is
@@ -363,7 +363,7 @@ def _overrides(path: Path, given: tuple[str, ...], quick: bool, threads: int) ->
     base = load_config(path, list(given))
     overrides = [f"--run.threads={threads}"]
     if quick:
-        iterations = max(2, base.run.iterations // 6)
+        iterations = max(2, base.run.iterations // 10)
         overrides += [
             f"--run.iterations={iterations}",
             f"--eval.every={iterations}",
