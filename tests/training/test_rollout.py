@@ -77,7 +77,7 @@ def test_grpo_and_rloo_give_every_step_its_episode_advantage():
         traj_ids=[0, 0, 1, 1, 2],
         is_action_valid=[True, True, True, False, True],
     )
-    grpo = critic_free_advantages(rec, AlgoConfig(estimator="grpo")).advantages
+    grpo = critic_free_advantages(rec, AlgoConfig(estimator="grpo", norm="mean_std")).advantages
     # Scores 1, 0, 0 (no penalty): mean 1/3, std sqrt(1/3) over the three trajectories.
     assert grpo[0] == grpo[1] == pytest.approx((2 / 3) / (np.sqrt(1 / 3) + 1e-6))
     assert grpo[2] == grpo[3] == grpo[4] == pytest.approx((-1 / 3) / (np.sqrt(1 / 3) + 1e-6))
@@ -86,7 +86,10 @@ def test_grpo_and_rloo_give_every_step_its_episode_advantage():
     assert rloo[0] == pytest.approx(1.0 - (-0.25 + 0.0) / 2)
     assert rloo[2] == pytest.approx(0.0 - (1.0 + 0.0) / 2)
     assert rloo[3] == pytest.approx(-0.5 - (1.0 + 0.0) / 2)
-    gigpo = critic_free_advantages(rec, AlgoConfig(estimator="gigpo"))
+    # The default norm, mean: the scores less their mean, no std.
+    by_default = critic_free_advantages(rec, AlgoConfig(estimator="grpo")).advantages
+    assert np.asarray(by_default) == pytest.approx([2 / 3, 2 / 3, -1 / 3, -1 / 3, -1 / 3])
+    gigpo = critic_free_advantages(rec, AlgoConfig(estimator="gigpo", norm="mean_std"))
     # Rows 0, 2 and 4 share state "a" with discounted returns 0.95 * 1, 0, 0: mean 0.95 / 3,
     # unbiased std 0.95 / sqrt(3). Rows 1 and 3 are alone in their step group: A_S = 0.
     s = 0.95 / np.sqrt(3) + 1e-6
