@@ -121,18 +121,20 @@ def _on_tokens(turn_values):
     return grid
 
 
-# GiGPO by hand for _two_samples (defaults: gamma 0.95, step weight 1, mean/std norm, std
-# unbiased). Whenever a's episode return beats b's (and a's first-turn discounted return
-# beats b's), the episode advantages of a group of two are +-1/sqrt(2), and so are the step
-# advantages at s0, the one state both visited; s1 and s9 are seen once, step advantage 0.
+# GiGPO by hand for _two_samples (gamma 0.95, step weight 1, std unbiased, and norm
+# "mean_std", named: the default is "mean"). Whenever a's episode return beats b's (and a's
+# first-turn discounted return beats b's), the episode advantages of a group of two are
+# +-1/sqrt(2), and so are the step advantages at s0, the one state both visited; s1 and s9
+# are seen once, step advantage 0.
 # Per turn (a0, a1, b0, b1): A_E + A_S.
 ROOT_HALF = 2**-0.5
 BY_HAND = [2 * ROOT_HALF, ROOT_HALF, -2 * ROOT_HALF, -ROOT_HALF]
+MEAN_STD = GiGPOSettings(norm="mean_std")
 
 
 def test_attach_then_apply_writes_each_turns_gigpo_advantage_on_its_tokens():
     experience, mask = _two_samples()
-    patch.apply_gigpo([experience], GiGPOSettings())
+    patch.apply_gigpo([experience], MEAN_STD)
 
     # returns: a 1, b 0; at s0 a's discounted return is 0.95, b's 0
     expected = _on_tokens(BY_HAND)
@@ -141,6 +143,15 @@ def test_attach_then_apply_writes_each_turns_gigpo_advantage_on_its_tokens():
     assert experience.info["return"].tolist() == [1.0, 0.0]
     assert INFO_KEY not in experience.info and experience.kl is None
     assert experience.advantages[0, 2] != experience.advantages[0, 6]  # turns differ
+
+
+def test_the_default_norm_is_mean_on_the_tokens_too():
+    # norm "mean": episode advantages 1 - 0.5 = +-0.5; at s0 the discounted returns 0.95 and
+    # 0 lie +-0.475 from their mean; s1 and s9 are seen once, step advantage 0
+    experience, _ = _two_samples()
+    patch.apply_gigpo([experience], GiGPOSettings())
+    expected = _on_tokens([0.5 + 0.475, 0.5, -0.5 - 0.475, -0.5])
+    assert torch.allclose(experience.advantages, expected, atol=1e-6)
 
 
 def test_gigpo_gets_openrlhfs_length_penalties_reward_clip_and_group_std(monkeypatch):
@@ -156,7 +167,7 @@ def test_gigpo_gets_openrlhfs_length_penalties_reward_clip_and_group_std(monkeyp
     )
     args = SimpleNamespace(reward=reward, rollout=SimpleNamespace(max_new_tokens=8), data=None)
     maker = SimpleNamespace(strategy=SimpleNamespace(args=args))
-    monkeypatch.setenv(SETTINGS_ENV, GiGPOSettings().to_json())
+    monkeypatch.setenv(SETTINGS_ENV, MEAN_STD.to_json())
     wrapped = patch._wrap_compute_advantages(lambda self, experiences: pytest.fail("not gigpo"))
     wrapped(maker, [experience])
 
