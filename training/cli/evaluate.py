@@ -198,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m training.cli.evaluate",
         description="Play held-out tasks of a gigpo env with a model; report success with a "
-        "95%% interval, mean return, valid-action rate and episode length.",
+        "95% interval, mean return, valid-action rate and episode length.",
         epilog="Any --section.key=value overrides the config (e.g. --env.id=gigpo/Sokoban-v0 "
         "--env.kwargs='{max_steps: 10}'), as for python -m training.local.",
     )

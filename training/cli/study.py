@@ -147,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m training.study",
         description="Train one recipe under several arms (estimator + settings) and seeds; "
-        "write tables with 95%% intervals, paired per-seed differences, and a plot.",
+        "write tables with 95% intervals, paired per-seed differences, and a plot.",
     )
     parser.add_argument(
         "--study", help="a study file (YAML: parts of configs, arms, pairs), or a shipped "
