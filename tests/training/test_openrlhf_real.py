@@ -13,10 +13,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import gymnasium as gym
@@ -58,18 +61,96 @@ def _resolved(*flags: str) -> tuple[list[str], dict]:
     return command[command.index("openrlhf.cli.train_ppo_ray") + 1 :], runtime["env_vars"]
 
 
+#: How long one OpenRLHF process may run (a training step here takes 1-3 minutes on 2
+#: cores). Past it, the process prints every thread's stack (faulthandler, on SIGABRT), it
+#: and every process it started are killed, and the test fails with that stack and the
+#: error lines of Ray's logs; the OpenRLHF processes after it then fail at once, so a hang
+#: costs one timeout, not one per test. $GIGPO_TEST_RUN_TIMEOUT_S sets another bound.
+RUN_TIMEOUT_S = float(os.environ.get("GIGPO_TEST_RUN_TIMEOUT_S", "720"))
+_HUNG: list[str] = []
+
+
+def _ray_errors(ray_tmp: Path | None, limit: int = 4000) -> str:
+    """The error-looking lines of a Ray session's logs under ``ray_tmp`` (last ``limit``
+    characters), for a failure message."""
+    if ray_tmp is None:
+        return ""
+    pattern = re.compile(
+        r"\b(error|killed|oom|timed? ?out|traceback|exception|(?<!non-)terminated|unexpected)\b",
+        re.I,
+    )
+    lines = []
+    for session in sorted(ray_tmp.glob("session_*")):
+        if session.is_symlink():  # session_latest
+            continue
+        for path in sorted((session / "logs").glob("*")):
+            if path.is_file() and path.suffix in (".out", ".err", ".log"):
+                text = path.read_text(encoding="utf-8", errors="replace")
+                lines += [
+                    f"{path.name}: {li}"
+                    for li in text.splitlines()
+                    if pattern.search(li) and not li.startswith("[state-dump]")
+                ]
+    return "\n".join(lines)[-limit:]
+
+
+def _run_bounded(
+    argv: list[str],
+    stdin: str = "",
+    *,
+    env: dict | None = None,
+    cwd: Path | None = None,
+    ray_tmp: Path | None = None,
+    timeout: float = RUN_TIMEOUT_S,
+) -> subprocess.CompletedProcess:
+    """``argv`` in its own process group with ``stdin``; see :data:`RUN_TIMEOUT_S`."""
+    if _HUNG:
+        pytest.fail(f"not started: an earlier OpenRLHF process ran past its time ({_HUNG[0]})")
+    process = subprocess.Popen(
+        argv,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**(env or ENV), "PYTHONFAULTHANDLER": "1"},
+        cwd=cwd,
+        start_new_session=True,
+    )
+    try:
+        out, err = process.communicate(stdin, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        what = "python -c <test code>" if "-c" in argv else Path(argv[-1]).name
+        _HUNG.append(f"{what}, past {timeout:.0f} s")
+        ray_errors = _ray_errors(ray_tmp)  # before the kill adds its own complaints
+        process.send_signal(signal.SIGABRT)  # faulthandler writes each thread's stack
+        time.sleep(5)
+        _kill_group(process)
+        try:
+            out, err = process.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            out, err = "", "(its output could not be read: a process outside its group holds it)"
+        pytest.fail(
+            f"ran past {timeout:.0f} s; stopped. Its stderr ends:\n{err[-8000:]}\n"
+            f"Ray's logs before the kill:\n{ray_errors}"
+        )
+    finally:
+        _kill_group(process)  # whatever it left behind (Ray's own processes)
+    return subprocess.CompletedProcess(argv, process.returncode, out, err)
+
+
+def _kill_group(process: subprocess.Popen) -> None:
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
 def _run_script(script: Path, job: dict, cwd: Path | None = None) -> dict | list:
     """Runs one of the OpenRLHF scripts with the stand-ins on its path; its last JSON line."""
-    result = subprocess.run(
-        [sys.executable, str(script)],
-        input=json.dumps(job),
-        capture_output=True,
-        text=True,
-        env=ENV,
-        timeout=900,
-        cwd=cwd,
-    )
-    assert result.returncode == 0, result.stderr[-6000:]
+    ray_tmp = Path(job["ray_tmp"]) if "ray_tmp" in job else None
+    result = _run_bounded([sys.executable, str(script)], json.dumps(job), cwd=cwd,
+                          ray_tmp=ray_tmp)  # fmt: skip
+    assert result.returncode == 0, f"{result.stderr[-6000:]}\nRay's logs:\n{_ray_errors(ray_tmp)}"
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
@@ -416,16 +497,12 @@ finally:
     ray.shutdown()
 """
     )
-    result = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        env={**ENV, "RAY_TMPDIR": str(ray_tmp)},
-        timeout=600,
-        cwd=ray_tmp,
-    )
-    shutil.rmtree(ray_tmp, ignore_errors=True)
-    assert result.returncode == 0, result.stderr[-4000:]
+    try:
+        result = _run_bounded([sys.executable, "-c", code], env={**ENV, "RAY_TMPDIR": str(ray_tmp)},
+                              cwd=ray_tmp, ray_tmp=ray_tmp, timeout=600)  # fmt: skip
+        assert result.returncode == 0, result.stderr[-4000:]
+    finally:
+        shutil.rmtree(ray_tmp, ignore_errors=True)
     assert json.loads(result.stdout.strip().splitlines()[-1]) == [True, True]
 
 
@@ -679,9 +756,7 @@ for seed in range(6):
                  float(lp_a.grad.abs().max())])
 print(json.dumps(gaps))
 """
-    result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, env=ENV, timeout=300
-    )
+    result = _run_bounded([sys.executable, "-c", code], timeout=300)
     assert result.returncode == 0, result.stderr[-4000:]
     gaps = json.loads(result.stdout.strip().splitlines()[-1])
     for theirs, ours, grad_gap, grad in gaps:
