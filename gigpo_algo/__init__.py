@@ -44,6 +44,7 @@ from gigpo_algo.losses import (
     entropy_from_logits,
     gspo_loss,
     kl_penalty,
+    loss_denominator,
     ppo_clip_loss,
     value_loss,
 )
@@ -70,6 +71,7 @@ __all__ = [
     "grpo_advantages",
     "gspo_loss",
     "kl_penalty",
+    "loss_denominator",
     "ppo_clip_loss",
     "reinforce_pp_baseline",
     "rloo",

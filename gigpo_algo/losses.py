@@ -269,6 +269,7 @@ def aggregate_loss(
     *,
     mode: str = "token-mean",
     norm_length: int | None = None,
+    denominator: float | None = None,
 ) -> Any:
     """Reduce a per-token loss to a scalar over the response tokens.
 
@@ -281,32 +282,72 @@ def aggregate_loss(
         ``"seq-mean-token-sum-norm"``: sum over all tokens / (B * norm_length) (Dr. GRPO's
         constant normaliser; ``norm_length`` defaults to T).
 
+    Each mode is a sum over this batch (of tokens, or of sequences' sums or means) divided
+    by a normaliser (:func:`loss_denominator`). For gradient accumulation, where a batch
+    runs as several micro-batches, pass the *whole* batch's normaliser as ``denominator``
+    to each micro-batch's call: the micro-batches' results then sum to the whole batch's
+    (with a micro-batch's own normaliser they would not: a mean of means is not the mean).
+
     Args:
         loss: float, shape (B, T).
         response_mask: shape (B, T), 1 for response tokens, 0 for padding / env tokens.
         mode: one of the above.
         norm_length: positive int, for ``"seq-mean-token-sum-norm"`` only.
+        denominator: the normaliser to divide by, > 0 (default: this batch's own,
+            ``loss_denominator(response_mask, mode=mode, norm_length=norm_length)``).
 
     Returns:
         A scalar (0-d tensor for torch input). 0 when the mask is all zeros.
     """
     kind, (x, mask) = to_native(loss=loss, response_mask=response_mask)
-    batch, length = _same_shapes(loss=x, response_mask=mask)
+    _same_shapes(loss=x, response_mask=mask)
+    total = _denominator(kind, mask, mode, norm_length)
+    if denominator is not None:
+        if isinstance(denominator, bool) or not float(denominator) > 0:
+            raise ValueError(f"denominator must be a number > 0, got {denominator!r}")
+        total = float(denominator)
+    xp = kind.xp
+    one = kind.asarray(1.0)
+    masked = x * mask
+    if mode in ("token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"):
+        return xp.sum(masked) / total
+    per_seq = xp.sum(masked, axis=1)
+    tokens = xp.sum(mask, axis=1)
+    seq_means = xp.where(tokens > 0, per_seq / xp.maximum(tokens, one), 0.0 * per_seq)
+    return xp.sum(seq_means) / total
+
+
+def loss_denominator(
+    response_mask: Any, *, mode: str = "token-mean", norm_length: int | None = None
+) -> float:
+    """The normaliser :func:`aggregate_loss` divides by in ``mode``, for a batch with this
+    mask: its response tokens (``token-mean``), its sequences (``seq-mean-token-sum``), its
+    sequences with a response token (``seq-mean-token-mean``), or sequences x
+    ``norm_length`` (default T; ``seq-mean-token-sum-norm``); at least 1.
+
+    Args:
+        response_mask: shape (B, T), 1 for response tokens.
+
+    Returns:
+        A Python float >= 1 (it synchronises a tensor's device once).
+    """
+    kind, (mask,) = to_native(response_mask=response_mask)
+    return float(_denominator(kind, mask, mode, norm_length))
+
+
+def _denominator(kind: Any, mask: Any, mode: str, norm_length: int | None) -> Any:
+    """:func:`loss_denominator`'s value, left as an array or tensor (no synchronisation)."""
+    batch, length = _same_shapes(response_mask=mask)
     if mode not in AGGREGATIONS:
         raise ValueError(f"mode must be one of {AGGREGATIONS}, got {mode!r}")
     if norm_length is not None and (isinstance(norm_length, bool) or not norm_length > 0):
         raise ValueError(f"norm_length must be a positive int, got {norm_length!r}")
     xp = kind.xp
     one = kind.asarray(1.0)
-    masked = x * mask
     if mode == "token-mean":
-        return xp.sum(masked) / xp.maximum(xp.sum(mask), one)
-    if mode == "seq-mean-token-sum-norm":
-        return xp.sum(masked) / float(max(batch, 1) * (norm_length or length))
-    per_seq = xp.sum(masked, axis=1)
+        return xp.maximum(xp.sum(mask), one)
     if mode == "seq-mean-token-sum":
-        return xp.sum(per_seq) / float(max(batch, 1))
-    tokens = xp.sum(mask, axis=1)
-    has_tokens = tokens > 0
-    seq_means = xp.where(has_tokens, per_seq / xp.maximum(tokens, one), 0.0 * per_seq)
-    return xp.sum(seq_means) / xp.maximum(xp.sum(has_tokens * 1.0), one)
+        return float(max(batch, 1))
+    if mode == "seq-mean-token-sum-norm":
+        return float(max(batch, 1) * (norm_length or length))
+    return xp.maximum(xp.sum((xp.sum(mask, axis=1) > 0) * 1.0), one)

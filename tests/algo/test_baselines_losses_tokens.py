@@ -22,7 +22,7 @@ from gigpo_algo import (
     rloo,
     turns_to_tokens,
 )
-from gigpo_algo.losses import sequence_log_ratio
+from gigpo_algo.losses import AGGREGATIONS, loss_denominator, sequence_log_ratio
 
 SCORES = [1.0, 0.0, 0.0, 1.0, 3.0, 3.0, 5.0]
 GROUPS = ["a", "a", "a", "a", "b", "b", "c"]
@@ -239,3 +239,35 @@ def test_sequence_log_ratio_is_the_mean_over_response_tokens():
     lp = np.array([[1.0, 3.0, 9.0], [9.0, 9.0, 9.0]])
     mask = np.array([[1, 1, 0], [0, 0, 0]])
     np.testing.assert_allclose(sequence_log_ratio(lp, np.zeros_like(lp), mask), [2.0, 0.0])
+
+
+@pytest.mark.parametrize("mode", AGGREGATIONS)
+@pytest.mark.parametrize("as_tensor", [False, True])
+def test_micro_batches_with_the_whole_denominator_sum_to_the_whole_loss(mode, as_tensor):
+    rng = np.random.default_rng(0)
+    loss = rng.normal(size=(7, 9))
+    mask = (rng.random((7, 9)) < 0.6).astype(float)
+    mask[3] = 0.0  # a row without response tokens
+    if as_tensor:
+        loss, mask = torch.tensor(loss), torch.tensor(mask)
+    whole = aggregate_loss(loss, mask, mode=mode)
+    total = loss_denominator(mask, mode=mode)
+    parts = [slice(0, 2), slice(2, 5), slice(5, 7)]
+    summed = sum(float(aggregate_loss(loss[p], mask[p], mode=mode, norm_length=9,
+                                      denominator=total)) for p in parts)  # fmt: skip
+    assert summed == pytest.approx(float(whole), rel=1e-12)
+    own = sum(float(aggregate_loss(loss[p], mask[p], mode=mode, norm_length=9)) for p in parts)
+    assert own != pytest.approx(float(whole), rel=1e-6)  # each part's own mean: not the whole's
+
+
+def test_loss_denominators_count_what_each_mode_divides_by():
+    mask = np.array([[1, 1, 0, 0], [0, 0, 0, 0], [1, 1, 1, 1]], dtype=float)
+    assert loss_denominator(mask) == 6.0
+    assert loss_denominator(mask, mode="seq-mean-token-sum") == 3.0
+    assert loss_denominator(mask, mode="seq-mean-token-mean") == 2.0
+    assert loss_denominator(mask, mode="seq-mean-token-sum-norm") == 12.0
+    assert loss_denominator(mask, mode="seq-mean-token-sum-norm", norm_length=10) == 30.0
+    assert loss_denominator(np.zeros((2, 3))) == 1.0
+    for bad in (0, -1.0, True, float("nan")):
+        with pytest.raises(ValueError, match="denominator"):
+            aggregate_loss(np.ones((1, 2)), np.ones((1, 2)), denominator=bad)
