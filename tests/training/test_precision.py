@@ -145,11 +145,17 @@ def _numberline_records(model_dir, compute_dtype: str, groups: int = 3):
     return records, tok
 
 
-@pytest.mark.parametrize("which", ["tiny", pytest.param("smollm2", marks=pytest.mark.slow)])
-def test_a_bf16_update_of_an_unmoved_policy_has_a_ratio_of_exactly_one(which, tiny_model_dir):
-    """Old log-probs recomputed on the update's own minibatches: with a learning rate of 0
-    no token is clipped and every ratio is 1 to the last bit, over several minibatches of
-    different widths and two epochs, though the sampler's log-probs differ from them.
+@pytest.mark.parametrize(
+    ("which", "micro"),
+    [("tiny", False), ("tiny", True), pytest.param("smollm2", False, marks=pytest.mark.slow)],
+)
+def test_a_bf16_update_of_an_unmoved_policy_has_a_ratio_of_exactly_one(
+    which, micro, tiny_model_dir
+):
+    """Old log-probs recomputed on the update's own minibatches (``micro``: on each of their
+    micro-batches): with a learning rate of 0 no token is clipped and every ratio is 1 to
+    the last bit, over several minibatches of different widths and two epochs, though the
+    sampler's log-probs differ from them.
     (SmolLM2's wider products also round differently when a row is run in another batch:
     recomputed on other batches, its ratios would not be 1.)"""
     from training.local.model import load_model
@@ -160,16 +166,21 @@ def test_a_bf16_update_of_an_unmoved_policy_has_a_ratio_of_exactly_one(which, ti
     model_dir = tiny_model_dir if which == "tiny" else smollm2_path()
     records, tok = _numberline_records(model_dir, "bfloat16", 3 if which == "tiny" else 1)
     pairs = zip(records.prompt_ids, records.response_ids, strict=True)
-    assert len({len(p) + len(r) for p, r in pairs}) > 1  # minibatches of several widths
+    lengths = [len(p) + len(r) for p, r in pairs]
+    assert len(set(lengths)) > 1  # minibatches of several widths
+    longest = max(lengths)
+    budget = 2 * longest if micro else 0  # micro-batches of one or two rows
     model = load_model(model_dir, "float32")
     prepare_models("bfloat16", "cpu", model)
+    algo = AlgoConfig(minibatch_size=4, policy_epochs=2, micro_batch_tokens=budget)
     stats = policy_update(
         model, None, torch.optim.SGD(model.parameters(), lr=0.0), records,
-        np.linspace(-1.0, 1.0, len(records)), AlgoConfig(minibatch_size=4, policy_epochs=2),
+        np.linspace(-1.0, 1.0, len(records)), algo,
         pad_id=tok.pad_token_id, temperature=1.0, max_grad_norm=1.0,
         generator=np.random.default_rng(0), share_prefix=True, compute_dtype="bfloat16",
     )  # fmt: skip
     assert stats["clip_frac"] == 0.0 and stats["ratio_max"] == 1.0
+    assert (stats["micro_batches"] > 1) == micro
     if which == "smollm2":
         # the sampler (KV cache, left padding) rounded otherwise: without the recomputation
         # the ratio would not have been 1 (the tiny model's 32-wide products round alike
@@ -232,10 +243,13 @@ def test_the_logged_entropy_without_gradient_matches_gigpo_algo(tiny_model_dir):
     torch.testing.assert_close(fast, exact, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(lp, lp2)
     assert float(exact.max()) > 0.1  # not all zero
-    # and entropy_from_logits is what both are checked against, on one column by hand
-    logits = model(input_ids=batch.input_ids).logits[:, batch.first_column : -1].float() / 0.7
-    torch.testing.assert_close(exact[:, batch.first_column :], entropy_from_logits(logits),
+    # and entropy_from_logits is what both are checked against, at the response tokens (and
+    # 0 elsewhere: the vocabulary is projected there only)
+    logits = model(input_ids=batch.input_ids).logits[:, :-1].float() / 0.7
+    mask = batch.response_mask.bool()
+    torch.testing.assert_close(exact[mask], entropy_from_logits(logits)[mask],
                                rtol=1e-5, atol=1e-5)  # fmt: skip
+    assert not exact[~mask].any() and not lp[~mask].any()
 
 
 _HEAP = """

@@ -10,6 +10,7 @@ from training.advantages import critic_free_advantages
 from training.local.batch import make_batch, token_log_probs
 from training.local.model import load_model, load_tokenizer
 from training.local.rollout import collect, generate, make_envs, render_prompts
+from training.records import StepRecords
 
 
 @pytest.fixture(scope="module")
@@ -108,3 +109,126 @@ def test_template_overrides_reach_the_prompts():
     envs.close()
     with pytest.raises(ValueError, match="order"):
         make_envs("gigpo/NumberLine-v0", 1, 2, 0, None, {}, {"order": ["nope"]})
+
+
+def _prompts(count: int, seed: int = 0) -> list[list[int]]:
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(5, 30, (count,), generator=g).tolist()
+    return [torch.randint(10, 300, (n,), generator=g).tolist() for n in lengths]
+
+
+def _full_logits_generate(model, tok, prompts, temperature, top_p=1.0, top_k=0, new=12):
+    """The trainer's old decoding, as an independent reference: every step's logits kept
+    (``output_logits=True``, rows x steps x vocabulary), then one log-softmax."""
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), tok.pad_token_id)
+    mask = torch.zeros_like(ids)
+    for row, p in enumerate(prompts):
+        ids[row, width - len(p) :] = torch.tensor(p)
+        mask[row, width - len(p) :] = 1
+    kwargs = {"do_sample": temperature > 0}
+    if temperature > 0:
+        kwargs.update(temperature=temperature, top_p=top_p, top_k=top_k)
+    out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=new,
+                         eos_token_id=[tok.eos_token_id], pad_token_id=tok.pad_token_id,
+                         return_dict_in_generate=True, output_logits=True, **kwargs)  # fmt: skip
+    tokens = out.sequences[:, width:]
+    logits = torch.stack(out.logits, dim=1).float() / (temperature or 1.0)
+    chosen = torch.log_softmax(logits, -1).gather(-1, tokens[:, : logits.shape[1], None])
+    return tokens, chosen.squeeze(-1)
+
+
+@pytest.mark.parametrize(
+    ("temperature", "top_p", "top_k"), [(1.0, 1.0, 0), (0.7, 0.9, 20), (0, 1, 0)]
+)
+def test_generate_takes_the_same_tokens_and_log_probs_as_keeping_every_logit(
+    model_and_tokenizer, temperature, top_p, top_k
+):
+    model, tok = model_and_tokenizer
+    prompts = _prompts(6)
+    torch.manual_seed(3)
+    tokens, chosen = _full_logits_generate(model, tok, prompts, temperature, top_p, top_k)
+    torch.manual_seed(3)
+    ids, log_probs = generate(model, tok, prompts, max_new_tokens=12, temperature=temperature,
+                              top_p=top_p, top_k=top_k)  # fmt: skip
+    for row, (response, lps) in enumerate(zip(ids, log_probs, strict=True)):
+        assert response == tokens[row, : len(response)].tolist()
+        assert lps == chosen[row, : len(response)].tolist()  # bit for bit
+
+
+def test_the_log_prob_recorder_holds_one_step_of_logits():
+    from training.local.decoding import ChosenLogProbs
+
+    recorder = ChosenLogProbs(1.0)
+    ids = torch.zeros((4, 3), dtype=torch.long)
+    for step in range(50):
+        recorder(torch.cat([ids, torch.full((4, step), 7)], dim=1), torch.randn(4, 1000))
+    held = [recorder.pending, *recorder.chosen]
+    assert recorder.pending.shape == (4, 1000)
+    assert all(t.shape == (4,) for t in recorder.chosen) and len(recorder.chosen) == 49
+    assert sum(t.numel() for t in held) == 4 * 1000 + 49 * 4  # one step's scores, not 50
+    assert recorder.finish(torch.full((4, 50), 7)).shape == (4, 50)
+
+
+def test_a_models_own_repetition_penalty_does_not_reach_the_sampler(tmp_path):
+    """Instruct models ship sampling settings (Qwen2.5-Instruct: repetition_penalty 1.1):
+    the trainer samples from softmax(logits / temperature) all the same."""
+    from training.local.tiny_model import build_tiny_model
+
+    model_dir = build_tiny_model(tmp_path / "random")  # no warm-up: long, varied responses
+    tok = load_tokenizer(model_dir)
+    plain = load_model(model_dir, "float32")
+    penalised = load_model(model_dir, "float32")
+    penalised.generation_config.repetition_penalty = 3.0
+    penalised.generation_config.no_repeat_ngram_size = 1  # no token twice: sure to show
+    prompts = _prompts(4, seed=1)
+    outs = []
+    for model in (plain, penalised):
+        torch.manual_seed(5)
+        outs.append(generate(model, tok, prompts, max_new_tokens=10, temperature=1.0))
+    assert outs[0] == outs[1]
+    torch.manual_seed(5)
+    tokens, _ = _full_logits_generate(penalised, tok, prompts, 1.0, new=10)
+    # a bare generate of the same model obeys its settings: the responses differ
+    assert [tokens[r, : len(x)].tolist() for r, x in enumerate(outs[1][0])] != outs[1][0]
+    seen = [(p + r)[: len(p) + k] for p, r in zip(prompts, outs[1][0], strict=True)
+            for k in range(len(r))]  # fmt: skip
+    responses = [t for r in outs[1][0] for t in r]
+    assert any(t in before for t, before in zip(responses, seen, strict=True))  # it repeats
+
+
+def test_the_static_cache_keeps_one_shape_and_the_log_probs(model_and_tokenizer):
+    model, tok = model_and_tokenizer
+    prompts = _prompts(5, seed=2)
+    torch.manual_seed(0)
+    ids, log_probs = generate(model, tok, prompts, max_new_tokens=8, temperature=1.0,
+                              cache="static", rows=8, cache_length=40)  # fmt: skip
+    cache = model.gigpo_static_cache
+    assert cache[0] == (8, 40)
+    records = StepRecords(prompt_ids=prompts, response_ids=ids, old_log_probs=log_probs)
+    batch = make_batch(records, np.arange(5), np.zeros(5), tok.pad_token_id)
+    with torch.no_grad():
+        forward = token_log_probs(model, batch)
+    mask = batch.response_mask.bool()
+    assert torch.allclose(forward[mask], batch.old_log_probs[mask], atol=1e-4)
+    # fewer live rows, the same shape: the same cache, emptied
+    generate(model, tok, prompts[:2], max_new_tokens=8, temperature=1.0, cache="static",
+             rows=8, cache_length=40)  # fmt: skip
+    assert model.gigpo_static_cache[1] is cache[1]
+    with pytest.raises(ValueError, match="cache_length"):
+        generate(model, tok, prompts, max_new_tokens=20, temperature=1.0, cache="static",
+                 rows=8, cache_length=40)  # fmt: skip
+    with pytest.raises(ValueError, match="rows"):
+        generate(model, tok, prompts, max_new_tokens=8, temperature=1.0, cache="static",
+                 rows=4, cache_length=40)  # fmt: skip
+
+
+def test_a_prompt_over_the_cap_is_an_error_naming_the_key(model_and_tokenizer):
+    from training.local.rollout import PromptTooLongError
+
+    model, tok = model_and_tokenizer
+    envs = make_envs("gigpo/Sokoban-v0", 1, 2, 0, None, {})
+    with pytest.raises(PromptTooLongError, match="rollout.max_prompt_tokens=20"):
+        collect(model, tok, envs, seed=0, max_new_tokens=4, temperature=1.0,
+                max_prompt_tokens=20)  # fmt: skip
+    envs.close()

@@ -15,10 +15,12 @@ is the loop, ``from training.local.train import train``):
   :mod:`~training.local.allocator`: freed memory kept for reuse (no page faults a step).
 - :mod:`~training.local.tasks`: training and held-out task seeds;
   :mod:`~training.local.play`: playing them; :mod:`~training.local.rollout`: batched
-  generation and env steps into step records; :mod:`~training.local.prefix`: running a
-  shared prompt start once.
-- :mod:`~training.local.batch`: step records as token tensors and their log-probs;
-  :mod:`~training.local.policy`: the policy update every estimator runs.
+  generation and env steps into step records (:mod:`~training.local.decoding`: sampling
+  and the sampled tokens' log-probs in bounded memory, the static cache);
+  :mod:`~training.local.prefix`: running a shared prompt start once.
+- :mod:`~training.local.batch`: step records as token tensors (in micro-batches of a token
+  budget) and their log-probs; :mod:`~training.local.policy`: the policy update every
+  estimator runs.
 - :mod:`~training.local.checkpoint`: exact resume (:mod:`~training.local.checkpoint_files`:
   the files it reads and writes); :mod:`~training.local.resume`: the config check on resume.
 - :mod:`~training.local.metrics`: an iteration's metrics row, JSON lines and the curve

@@ -5,10 +5,17 @@
 vocabulary projection of prompt positions and running a shared prompt start once
 (:mod:`training.local.prefix`). The policy update (:mod:`training.local.policy`) and PPO's
 critic (:mod:`training.local.critic`) both read this layout.
+
+An optimizer step's minibatch runs as micro-batches of at most ``algo.micro_batch_tokens``
+padded tokens (:func:`micro_batches`), its gradients accumulated; every loss is divided by
+the whole minibatch's normaliser (:func:`minibatch_denominators`), so that the step is the
+whole minibatch's.
 """
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,6 +47,52 @@ class TokenBatch:
     """Per-token float32 tensors, (B, L - 1), 0 off the response tokens: PPO's
     ``advantages``, ``returns`` and ``old_values`` (see
     :class:`training.local.critic.PPOTargets`)."""
+
+
+def micro_batches(records: StepRecords, rows: np.ndarray, token_budget: int) -> list[np.ndarray]:
+    """``rows`` (record indices) cut into micro-batches of at most ``token_budget`` padded
+    tokens each (rows x the longest prompt + response among them); 0: one micro-batch.
+
+    Rows are taken longest first, so that rows of like length share a micro-batch and little
+    of the budget is padding; a row longer than the budget goes alone. The cut depends on
+    the rows alone: the same minibatch always gives the same micro-batches.
+    """
+    rows = np.asarray(rows)
+    if token_budget <= 0 or len(rows) == 0:
+        return [rows]
+    lengths = np.array([len(records.prompt_ids[i]) + len(records.response_ids[i]) for i in rows])
+    order = np.argsort(-lengths, kind="stable")
+    parts: list[np.ndarray] = []
+    start = 0
+    while start < len(order):
+        longest = lengths[order[start]]  # the first row of a part is its longest
+        take = max(1, min(len(order) - start, token_budget // max(int(longest), 1)))
+        parts.append(rows[order[start : start + take]])
+        start += take
+    return parts
+
+
+@dataclass(frozen=True)
+class Denominators:
+    """The normalisers of a whole minibatch (:func:`gigpo_algo.losses.loss_denominator`):
+    ``loss`` for ``algo.loss_agg``, ``tokens`` (its response tokens) for the token means
+    (KL, entropy, clip fraction, the critic's value loss)."""
+
+    loss: float
+    tokens: float
+
+
+def minibatch_denominators(records: StepRecords, rows: np.ndarray, loss_agg: str) -> Denominators:
+    """The :class:`Denominators` of the minibatch ``rows``, as one padded batch of them
+    would have them (without building it: a mask of the rows' response lengths)."""
+    from gigpo_algo.losses import loss_denominator
+
+    rows = np.asarray(rows)
+    width = max(len(records.prompt_ids[i]) + len(records.response_ids[i]) for i in rows)
+    mask = np.zeros((len(rows), width - 1))
+    for b, i in enumerate(rows):
+        mask[b, : len(records.response_ids[i])] = 1.0
+    return Denominators(loss=loss_denominator(mask, mode=loss_agg), tokens=loss_denominator(mask))
 
 
 def make_batch(
@@ -100,45 +153,84 @@ def token_log_probs(
     with_entropy: bool = False,
     entropy_grad: bool = True,
 ) -> Any:
-    """log pi(token t+1 | tokens <= t), shape (B, L - 1); 0 in the columns before
-    ``batch.first_column``, which hold prompt tokens only.
+    """log pi(token t+1 | tokens <= t), shape (B, L - 1), at the response tokens
+    (``batch.response_mask``); 0 elsewhere.
 
-    Logits are computed only from ``first_column`` on (the vocabulary projection of the
-    prompt positions is skipped), and a shared prefix (``batch.prefix_length``) runs once.
+    The vocabulary is projected at the response positions only: the model's output head
+    receives their hidden states alone (:func:`response_positions_only`), so the logits are
+    (response tokens, V), whatever the prompts' lengths; only positions from
+    ``first_column`` on run through the head at all where the model takes
+    ``logits_to_keep``. A shared prefix (``batch.prefix_length``) runs once.
     ``with_entropy``: also return the entropy (nats) of pi(. | tokens <= t), same layout;
     ``entropy_grad=False`` computes it without a gradient, from the same log-softmax (the
     update logs the entropy but trains on it only with an entropy bonus).
     """
     import torch
 
-    width = batch.input_ids.shape[1]
+    rows, width = batch.input_ids.shape
     first, prefix = batch.first_column, batch.prefix_length
     kwargs: dict[str, Any] = {"attention_mask": batch.attention_mask}
-    # Positions first .. width - 2 predict the tokens after them (counted from the prefix's
-    # end when it runs apart); only their logits are projected.
-    positions = torch.arange(first - prefix, width - 1 - prefix, device=batch.input_ids.device)
-    projects_some = "logits_to_keep" in forward_params(type(model))
-    if projects_some:
-        kwargs["logits_to_keep"] = positions
+    # The head sees positions start .. width - 2 - prefix of the ids run (after the prefix):
+    # first .. width - 2 where the model keeps some logits, else all of them.
+    start = first - prefix if "logits_to_keep" in forward_params(type(model)) else 0
+    if start:
+        kwargs["logits_to_keep"] = torch.arange(
+            start, width - 1 - prefix, device=batch.input_ids.device
+        )
     if prefix:
         kwargs[cache_kwarg(model)] = prefix_cache(
             model, batch.input_ids[0, :prefix].tolist(), batch.input_ids.shape[0]
         )
         kwargs["use_cache"] = True
-    logits = model(input_ids=batch.input_ids[:, prefix:], **kwargs).logits
-    if not projects_some:
-        logits = logits[:, positions]
+    row, column = torch.nonzero(batch.response_mask, as_tuple=True)  # column t: token t + 1
+    seen = width - 1 - prefix - start if start else width - prefix  # head positions a row
+    kept = row * seen + (column - prefix - start)
+    with response_positions_only(model, kept):
+        logits = model(input_ids=batch.input_ids[:, prefix:], **kwargs).logits[0]  # (K, V)
     logits = logits.float()
     if temperature != 1.0:
         logits = logits / temperature
-    targets = batch.input_ids[:, first + 1 :, None]
     log_p = torch.log_softmax(logits, dim=-1)
-    chosen = torch.nn.functional.pad(log_p.gather(-1, targets).squeeze(-1), (first, 0))
+    targets = batch.input_ids[row, column + 1]
+    chosen = _laid_out(log_p.gather(-1, targets[:, None]).squeeze(-1), row, column, rows, width)
     if not with_entropy:
         return chosen
     if entropy_grad:
-        entropy = entropy_from_logits(logits)
+        entropy = entropy_from_logits(logits[None])[0]  # it reads (B, T, V)
     else:
         with torch.no_grad():  # the model's logits are finite: no 0 * log 0 to guard
             entropy = -torch.linalg.vecdot(log_p.exp(), log_p)
-    return chosen, torch.nn.functional.pad(entropy, (first, 0))
+    return chosen, _laid_out(entropy, row, column, rows, width)
+
+
+def _laid_out(values: Any, row: Any, column: Any, rows: int, width: int) -> Any:
+    """(K,) values of the response positions (``row``, ``column``) in a (rows, width - 1)
+    float32 tensor of zeros (differentiable in ``values``)."""
+    import torch
+
+    out = torch.zeros((rows, width - 1), dtype=torch.float32, device=values.device)
+    return out.index_put((row, column), values.float())
+
+
+@contextlib.contextmanager
+def response_positions_only(model: Any, kept: Any) -> Iterator[None]:
+    """While open, ``model``'s output head projects only the hidden states at the flat
+    indices ``kept`` (K,) of its input's (B x positions) rows and returns (1, K, V) logits.
+
+    A forward pre-hook on the head (``get_output_embeddings()``) selects them, so it holds
+    for any causal LM whose forward ends in its head (whatever else prepared that head,
+    :func:`training.local.precision.prepare_heads`); the hook is removed on exit. The
+    selection is differentiable: the gradient reaches the selected hidden states only.
+    """
+    head = model.get_output_embeddings()
+
+    def select(_module: Any, args: tuple[Any, ...]) -> tuple[Any, ...]:
+        hidden = args[0]
+        flat = hidden.reshape(-1, hidden.shape[-1]).index_select(0, kept)
+        return (flat.unsqueeze(0), *args[1:])
+
+    handle = head.register_forward_pre_hook(select)
+    try:
+        yield
+    finally:
+        handle.remove()

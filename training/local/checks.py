@@ -13,6 +13,7 @@ import math
 import re
 from typing import Any
 
+from training.local.decoding import CACHES
 from training.local.precision import COMPUTE_DTYPES
 from training.local.schema import DTYPES, ConfigError, TrainConfig
 from training.settings import unread
@@ -121,6 +122,8 @@ def _check_ranges(config: TrainConfig) -> None:
         ("rollout.temperature", config.rollout.temperature),
         ("eval.temperature", config.eval.temperature),
         ("rollout.top_k", config.rollout.top_k),
+        ("rollout.max_prompt_tokens", config.rollout.max_prompt_tokens),
+        ("algo.micro_batch_tokens", a.micro_batch_tokens),
         ("optim.lr", config.optim.lr),
         ("optim.weight_decay", config.optim.weight_decay),
         ("optim.warmup_iterations", config.optim.warmup_iterations),
@@ -131,6 +134,15 @@ def _check_ranges(config: TrainConfig) -> None:
         raise ConfigError(f"optim.max_grad_norm must be > 0, got {config.optim.max_grad_norm}")
     if config.rollout.temperature == 0:
         raise ConfigError("rollout.temperature must be > 0 for training (sampling)")
+    if config.rollout.cache not in CACHES:
+        raise ConfigError(
+            f"rollout.cache must be one of {CACHES}, got {show(config.rollout.cache)}"
+        )
+    if config.rollout.cache == "static" and config.rollout.max_prompt_tokens < 1:
+        raise ConfigError(
+            "rollout.cache=static preallocates every env's cache for the longest prompt: set "
+            "rollout.max_prompt_tokens (e.g. 2048)"
+        )
     if not 0 < config.rollout.top_p <= 1:
         raise ConfigError(f"rollout.top_p must be in (0, 1], got {config.rollout.top_p}")
     if not 0.0 <= e.heldout_fraction < 1.0:
@@ -162,6 +174,8 @@ LIMITS = {
     "env.history_length": 1000,
     "rollout.max_new_tokens": 32768,
     "rollout.top_k": 1_000_000,
+    "rollout.max_prompt_tokens": 1_048_576,
+    "algo.micro_batch_tokens": 1 << 30,
     "algo.policy_epochs": 1000,
     "algo.minibatch_size": 1_000_000,
     "run.iterations": 10_000_000,

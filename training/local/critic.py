@@ -24,9 +24,9 @@ from typing import Any
 
 import numpy as np
 
-from gigpo_algo.losses import aggregate_loss, value_loss
+from gigpo_algo.losses import aggregate_loss, loss_denominator, value_loss
 from training.advantages import Advantages
-from training.local.batch import TokenBatch, make_batch
+from training.local.batch import TokenBatch, make_batch, micro_batches
 from training.local.precision import compute
 from training.local.prefix import cache_kwarg, prefix_cache
 from training.local.schema import AlgoConfig
@@ -145,9 +145,12 @@ def record_values(
     pad_id: int,
     *,
     batch_size: int,
+    token_budget: int = 0,
     share_prefix: bool = False,
 ) -> list[np.ndarray]:
-    """The critic's value at every response token of every record (no gradient).
+    """The critic's value at every response token of every record (no gradient), run
+    ``batch_size`` records at a time, each such batch cut into micro-batches of at most
+    ``token_budget`` padded tokens (:func:`~training.local.batch.micro_batches`; 0: none).
 
     Returns:
         One float64 array per record, shape (its response length,): the value of the text
@@ -155,18 +158,19 @@ def record_values(
     """
     import torch
 
-    out: list[np.ndarray] = []
+    out: list[np.ndarray] = [np.zeros(0)] * len(records)
     zeros = np.zeros(len(records))
     with torch.no_grad():
         for start in range(0, len(records), batch_size):
-            rows = np.arange(start, min(start + batch_size, len(records)))
-            batch = make_batch(
-                records, rows, zeros, pad_id, critic.device, share_prefix=share_prefix
-            )
-            values = token_values(critic, batch).cpu().double().numpy()
-            for b, i in enumerate(rows):
-                p, r = len(records.prompt_ids[i]), len(records.response_ids[i])
-                out.append(values[b, p - 1 : p - 1 + r].copy())
+            chunk = np.arange(start, min(start + batch_size, len(records)))
+            for rows in micro_batches(records, chunk, token_budget):
+                batch = make_batch(
+                    records, rows, zeros, pad_id, critic.device, share_prefix=share_prefix
+                )
+                values = token_values(critic, batch).cpu().double().numpy()
+                for b, i in enumerate(rows):
+                    p, r = len(records.prompt_ids[i]), len(records.response_ids[i])
+                    out[i] = values[b, p - 1 : p - 1 + r].copy()
     return out
 
 
@@ -192,7 +196,12 @@ def ppo_targets(
 
     n = len(records)
     old_values = record_values(
-        critic, records, pad_id, batch_size=algo.minibatch_size, share_prefix=share_prefix
+        critic,
+        records,
+        pad_id,
+        batch_size=algo.minibatch_size,
+        token_budget=algo.micro_batch_tokens,
+        share_prefix=share_prefix,
     )
     valid = np.asarray(records.is_action_valid, dtype=bool)
     rewards = np.asarray(records.rewards, dtype=np.float64) - algo.invalid_penalty * ~valid
@@ -223,14 +232,20 @@ def ppo_targets(
 def critic_step(
     critic: Any,
     optimizer: Any,
-    batch: TokenBatch,
+    batches: list[TokenBatch],
     algo: AlgoConfig,
     max_grad_norm: float,
     compute_dtype: str = "float32",
+    tokens: float | None = None,
 ) -> dict[str, float]:
-    """One optimizer step of the critic on the clipped value loss of one minibatch
-    (token mean over the response tokens); its forward pass in ``compute_dtype``
+    """One optimizer step of the critic on the clipped value loss of one minibatch (token
+    mean over its response tokens), run as its micro-batches ``batches`` with the gradients
+    accumulated; each forward pass in ``compute_dtype``
     (:func:`training.local.precision.compute`).
+
+    Args:
+        tokens: the minibatch's response tokens, each micro-batch's loss's denominator
+            (default: the micro-batches' own count, the same number).
 
     Returns:
         ``value_loss`` (squared reward units), ``value_clip_frac`` (share of tokens whose
@@ -240,22 +255,29 @@ def critic_step(
     import torch
 
     clip = PPO_DEFAULTS["value_clip"] if algo.value_clip is None else algo.value_clip
-    mask = batch.response_mask
-    old, returns = batch.targets["old_values"], batch.targets["returns"]
-    critic.train()
-    with compute(compute_dtype, critic.device.type):
-        values = token_values(critic, batch)
-        loss = aggregate_loss(value_loss(values, old, returns, value_clip=clip), mask)
+    if tokens is None:
+        tokens = sum(loss_denominator(batch.response_mask) for batch in batches)
     optimizer.zero_grad(set_to_none=True)
-    loss.backward()
+    critic.train()
+    total = moved_share = 0.0
+    for batch in batches:
+        mask = batch.response_mask
+        old, returns = batch.targets["old_values"], batch.targets["returns"]
+        with compute(compute_dtype, critic.device.type):
+            values = token_values(critic, batch)
+            per_token = value_loss(values, old, returns, value_clip=clip)
+            loss = aggregate_loss(per_token, mask, denominator=tokens)
+        loss.backward()
+        total += float(loss.detach())
+        with torch.no_grad():
+            moved = ((values - old).abs() > clip).float()
+        moved_share += float(aggregate_loss(moved, mask, denominator=tokens))
     trainable = [p for p in critic.parameters() if p.requires_grad]
     grad_norm = torch.nn.utils.clip_grad_norm_(trainable, max_grad_norm)
     optimizer.step()
     critic.eval()
-    with torch.no_grad():
-        moved = ((values - old).abs() > clip).float()
     return {
-        "value_loss": float(loss.detach()),
-        "value_clip_frac": float(aggregate_loss(moved, mask)),
+        "value_loss": total,
+        "value_clip_frac": moved_share,
         "critic_grad_norm": float(grad_norm),
     }

@@ -95,6 +95,29 @@ def limit_trainable_layers(model: Any, layers: int) -> None:
     body.norm.requires_grad_(True)
 
 
+def enable_checkpointing(network: Any) -> None:
+    """Turns on transformers' gradient checkpointing of ``network`` (a causal LM or a
+    decoder body), non-reentrant: it needs no input that requires a gradient, so frozen
+    embeddings (``model.trainable_layers``) are fine. Only passes with a gradient recompute;
+    the others (generation, the reference, old log-probs) run as before. transformers 5.2x
+    calls it activation checkpointing; older releases, gradient checkpointing."""
+    options = {"use_reentrant": False}
+    if hasattr(network, "activation_checkpointing_enable"):
+        network.activation_checkpointing_enable(activation_checkpointing_kwargs=options)
+    else:
+        network.gradient_checkpointing_enable(gradient_checkpointing_kwargs=options)
+
+
+def checkpointing(network: Any) -> bool:
+    """Whether ``network`` recomputes its layers in the backward pass (see
+    :func:`enable_checkpointing`). Such a pass drops any key/value cache it is given
+    (transformers sets it to None), so it cannot run on top of a shared prefix's cache."""
+    for name in ("is_activation_checkpointing", "is_gradient_checkpointing"):
+        if hasattr(type(network), name):
+            return bool(getattr(network, name))
+    return False
+
+
 def load_tokenizer(path: Path) -> Any:
     """The tokenizer, with a pad token (the EOS token when the model has none)."""
     from transformers import AutoTokenizer
@@ -164,6 +187,8 @@ def load_models(config: TrainConfig, out: Path) -> Models:
     tokenizer = load_tokenizer(path)
     policy = load_model(path, m.dtype, device=m.device)
     limit_trainable_layers(policy, m.trainable_layers)
+    if m.gradient_checkpointing:
+        enable_checkpointing(policy)
     reference = None
     if config.algo.kl_coef > 0:
         reference = load_model(path, m.dtype, trainable=False, device=m.device)
@@ -172,6 +197,8 @@ def load_models(config: TrainConfig, out: Path) -> Models:
     if config.algo.estimator == "ppo":
         critic_lr = config.optim.lr if config.optim.critic_lr is None else config.optim.critic_lr
         critic = load_critic(path, m.dtype, device=m.device, trainable_layers=m.trainable_layers)
+        if m.gradient_checkpointing:
+            enable_checkpointing(critic.model)
         models.critic, models.critic_lr = critic, critic_lr
         models.critic_optimizer = make_optimizer(
             critic, learning_rate(config, 0, critic_lr), config.optim.weight_decay

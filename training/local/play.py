@@ -71,6 +71,8 @@ def play(
         response_prefix=r.response_prefix,
         stop_text=r.stop_text,
         share_prefix=config.model.share_prefix,
+        max_prompt_tokens=r.max_prompt_tokens,
+        cache=r.cache,
     )
 
 

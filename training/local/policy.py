@@ -18,12 +18,21 @@ from gigpo_algo.losses import (
     aggregate_loss,
     gspo_loss,
     kl_penalty,
+    loss_denominator,
     ppo_clip_loss,
     sequence_log_ratio,
 )
 from gigpo_algo.tokens import broadcast_to_tokens
-from training.local.batch import TokenBatch, make_batch, token_log_probs
+from training.local.batch import (
+    Denominators,
+    TokenBatch,
+    make_batch,
+    micro_batches,
+    minibatch_denominators,
+    token_log_probs,
+)
 from training.local.critic import PPOTargets, critic_step
+from training.local.model import checkpointing
 from training.local.precision import compute
 from training.local.schema import AlgoConfig
 from training.records import StepRecords
@@ -39,12 +48,23 @@ def policy_loss(
     ref_log_probs: Any,
     algo: AlgoConfig,
     entropy: Any = None,
+    denominators: Denominators | None = None,
 ) -> tuple[Any, dict[str, float]]:
     """The scalar loss of one batch and its statistics (clip fraction, KL, ratio, entropy).
 
     ``entropy`` (B, L - 1), when given, is logged and, weighted by ``algo.entropy_coef``,
-    subtracted from the loss."""
+    subtracted from the loss. ``denominators``: when the batch is one micro-batch of a
+    minibatch, the minibatch's (:func:`~training.local.batch.minibatch_denominators`); the
+    loss and every statistic but ``ratio_max`` are then this micro-batch's share, and the
+    micro-batches' sum is the minibatch's value (default: the batch's own)."""
     import torch
+
+    if denominators is None:
+        denominators = Denominators(
+            loss=loss_denominator(batch.response_mask, mode=algo.loss_agg),
+            tokens=loss_denominator(batch.response_mask),
+        )
+    tokens = denominators.tokens
 
     token_adv = batch.targets.get("advantages")
     if token_adv is None:
@@ -71,10 +91,10 @@ def policy_loss(
     if ref_log_probs is not None and algo.kl_coef > 0:
         kl = kl_penalty(log_probs, ref_log_probs, estimator=algo.kl_estimator)
         per_token = per_token + algo.kl_coef * kl
-        stats["kl"] = float(aggregate_loss(kl.detach(), mask))
-    loss = aggregate_loss(per_token, mask, mode=algo.loss_agg)
+        stats["kl"] = float(aggregate_loss(kl.detach(), mask, denominator=tokens))
+    loss = aggregate_loss(per_token, mask, mode=algo.loss_agg, denominator=denominators.loss)
     if entropy is not None:
-        mean_entropy = aggregate_loss(entropy, mask)
+        mean_entropy = aggregate_loss(entropy, mask, denominator=tokens)
         stats["entropy"] = float(mean_entropy.detach())
         if algo.entropy_coef > 0:
             loss = loss - algo.entropy_coef * mean_entropy
@@ -84,7 +104,7 @@ def policy_loss(
             log_ratio = sequence_log_ratio(log_probs, batch.old_log_probs, mask)[:, None] * mask
         ratio = torch.exp(log_ratio)
         clipped = ((ratio < 1 - algo.clip_low) | (ratio > 1 + algo.clip_high)).float()
-        stats["clip_frac"] = float(aggregate_loss(clipped, mask))
+        stats["clip_frac"] = float(aggregate_loss(clipped, mask, denominator=tokens))
         stats["ratio_max"] = float((ratio * mask).max()) if mask.any() else 1.0
     return loss, stats
 
@@ -182,77 +202,115 @@ def policy_update(
     """``algo.policy_epochs`` passes over minibatches of step records
     (:func:`minibatch_plan`); one optimizer step on :func:`policy_loss` each.
 
+    Each minibatch runs as micro-batches of at most ``algo.micro_batch_tokens`` padded
+    tokens (:func:`~training.local.batch.micro_batches`; 0: one pass), the same micro-batches
+    every epoch: the reference's, the policy's (and under PPO the critic's) forward and
+    backward passes run one micro-batch at a time, the gradients accumulate, and every loss
+    is divided by the whole minibatch's normaliser, so the step equals one pass over the
+    minibatch to float rounding.
+
+    ``share_prefix``: run the shared prompt start of each micro-batch once
+    (:mod:`training.local.prefix`); ignored when the model checkpoints its layers
+    (``model.gradient_checkpointing``), whose recomputed passes drop any cache.
+
     ``compute_dtype`` (``float32`` or ``bfloat16``, :mod:`training.local.precision`): the
-    dtype of each minibatch's forward passes, each in its own autocast context, so that no
+    dtype of each micro-batch's forward passes, each in its own autocast context, so that no
     forward reads a bfloat16 copy of a weight cast before the last optimizer step (autocast
     caches its casts until its context exits). Under ``bfloat16`` the ratio's old log-probs
-    are the update's own forward pass on each minibatch instead of the sampler's: recomputed
-    before the first step (:func:`recompute_old_log_probs`), except the first minibatch's,
-    which its own step's forward pass gives (the policy has not moved yet).
+    are the update's own forward pass on each micro-batch instead of the sampler's:
+    recomputed before the first step (:func:`recompute_old_log_probs`), except the first
+    minibatch's, which its own step's forward passes give (the policy has not moved yet).
 
     With ``critic_targets`` (``algo.estimator: ppo``) the policy reads their per-token
     advantages, and the critic takes one step on the clipped value loss after each policy
-    step, on the same minibatch (:func:`~training.local.critic.critic_step`).
+    step, on the same micro-batches (:func:`~training.local.critic.critic_step`).
 
     Returns:
         Mean loss, clip fraction, entropy, KL (when on) and gradient norm over the
         minibatches; with a critic also ``value_loss``, ``value_clip_frac`` and
-        ``critic_grad_norm``; under bfloat16 also ``rollout_logp_gap`` (and its max).
+        ``critic_grad_norm``; under bfloat16 also ``rollout_logp_gap`` (and its max);
+        ``micro_batches``, the forward passes a step ran, on average.
     """
     import torch
 
+    # A checkpointed layer drops the cache it is given: no shared prefix under checkpointing.
+    share_prefix = share_prefix and not checkpointing(model)
     plan = minibatch_plan(len(records), algo.minibatch_size, algo.policy_epochs, generator)
     token_targets = None if critic_targets is None else critic_targets.token_targets()
     uses = collections.Counter(id(rows) for rows in plan)  # a minibatch's steps still to run
+    parts = {id(rows): micro_batches(records, rows, algo.micro_batch_tokens) for rows in plan}
 
-    def make(rows: np.ndarray) -> TokenBatch:
-        return make_batch(records, rows, advantages, pad_id, model.device,
-                          share_prefix=share_prefix, token_targets=token_targets)  # fmt: skip
+    def make(rows: np.ndarray) -> list[TokenBatch]:
+        return [make_batch(records, part, advantages, pad_id, model.device,
+                           share_prefix=share_prefix, token_targets=token_targets)
+                for part in parts[id(rows)]]  # fmt: skip
 
     # Tensors of a minibatch are kept while it has steps left to run (all of them under
     # bfloat16, whose old log-probs are recomputed before the first step; the first
-    # step's own forward pass gives its minibatch's, so that one is not run twice).
-    kept: dict[int, TokenBatch] = {}
+    # step's own forward passes give its minibatch's, so that one is not run twice).
+    kept: dict[int, list[TokenBatch]] = {}
     gap: _LogProbGap | None = None
     if compute_dtype == "bfloat16" and plan:
         gap = _LogProbGap()
         kept = {id(rows): make(rows) for rows in plan}
-        later = [batch for key, batch in kept.items() if key != id(plan[0])]
+        later = [batch for key, batches in kept.items() if key != id(plan[0]) for batch in batches]
         recompute_old_log_probs(model, later, temperature, compute_dtype, gap)
     sums: dict[str, float] = {}
     model.train()
     for step, rows in enumerate(plan):
         key = id(rows)
-        batch = kept[key] if key in kept else make(rows)
+        batches = kept[key] if key in kept else make(rows)
         uses[key] -= 1
         if uses[key]:
-            kept[key] = batch
+            kept[key] = batches
         else:
             kept.pop(key, None)
-        ref_lp = None
-        with compute(compute_dtype, model.device.type):
-            if reference is not None and algo.kl_coef > 0:
-                with torch.no_grad():
-                    ref_lp = token_log_probs(reference, batch, temperature)
-            log_probs, entropy = token_log_probs(model, batch, temperature, with_entropy=True,
-                                                 entropy_grad=algo.entropy_coef > 0)  # fmt: skip
-            if gap is not None and step == 0:
-                gap.take(batch, log_probs.detach())
-            loss, stats = policy_loss(log_probs, batch, ref_lp, algo, entropy)
+        whole = minibatch_denominators(records, rows, algo.loss_agg)
         optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        stats: dict[str, float] = {}
+        for batch in batches:
+            ref_lp = None
+            with compute(compute_dtype, model.device.type):
+                if reference is not None and algo.kl_coef > 0:
+                    with torch.no_grad():
+                        ref_lp = token_log_probs(reference, batch, temperature)
+                log_probs, entropy = token_log_probs(
+                    model, batch, temperature, with_entropy=True,
+                    entropy_grad=algo.entropy_coef > 0,
+                )  # fmt: skip
+                if gap is not None and step == 0:
+                    gap.take(batch, log_probs.detach())
+                loss, part = policy_loss(log_probs, batch, ref_lp, algo, entropy, whole)
+            loss.backward()
+            part["loss"] = float(loss.detach())
+            _accumulate(stats, part)
         trainable = [p for p in model.parameters() if p.requires_grad]
         grad_norm = torch.nn.utils.clip_grad_norm_(trainable, max_grad_norm)
         optimizer.step()
-        stats.update(loss=float(loss.detach()), grad_norm=float(grad_norm))
+        stats.update(grad_norm=float(grad_norm), micro_batches=float(len(batches)))
         if critic is not None:
-            stats.update(critic_step(critic, critic_optimizer, batch, algo, max_grad_norm,
-                                     compute_dtype))  # fmt: skip
-        for key, value in stats.items():
-            sums[key] = sums.get(key, 0.0) + value
+            stats.update(critic_step(critic, critic_optimizer, batches, algo, max_grad_norm,
+                                     compute_dtype, whole.tokens))  # fmt: skip
+        for name, value in stats.items():
+            sums[name] = sums.get(name, 0.0) + value
+    # The gradients are not needed until the next update's first step: generation and the
+    # reference's passes run without them (a 1.5B model's float32 ones take 5.8 GiB).
+    optimizer.zero_grad(set_to_none=True)
+    if critic_optimizer is not None:
+        critic_optimizer.zero_grad(set_to_none=True)
     model.eval()
-    means = {key: value / max(len(plan), 1) for key, value in sums.items()}
+    means = {name: value / max(len(plan), 1) for name, value in sums.items()}
     return means | (gap.stats() if gap is not None else {})
+
+
+def _accumulate(total: dict[str, float], part: dict[str, float]) -> None:
+    """Adds one micro-batch's statistics into its minibatch's: shares sum, maxima take the
+    larger (``ratio_max``)."""
+    for name, value in part.items():
+        if name.endswith("_max"):
+            total[name] = max(total.get(name, value), value)
+        else:
+            total[name] = total.get(name, 0.0) + value
 
 
 def check_finite(model: Any, critic: Any, iteration: int) -> None:

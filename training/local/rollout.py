@@ -15,10 +15,14 @@ from typing import Any
 import numpy as np
 
 from gigpo_envs import history_prompt
-from training.local.prefix import cache_kwarg, prefix_cache, shared_prefix_length
+from training.local.decoding import eos_ids, generate
 from training.records import StepRecords
 
-__all__ = ["Rollout", "collect", "generate", "make_envs"]
+__all__ = ["PromptTooLongError", "Rollout", "collect", "generate", "make_envs"]
+
+
+class PromptTooLongError(ValueError):
+    """A prompt is longer than ``rollout.max_prompt_tokens``: an error, never a silent cut."""
 
 
 @dataclass
@@ -73,89 +77,6 @@ def render_prompts(
     return [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
 
 
-def generate(
-    model: Any,
-    tokenizer: Any,
-    prompts: list[list[int]],
-    *,
-    max_new_tokens: int,
-    temperature: float,
-    top_p: float = 1.0,
-    top_k: int = 0,
-    stop_text: str = "",
-    share_prefix: bool = False,
-) -> tuple[list[list[int]], list[list[float]]]:
-    """Samples one response per prompt in one left-padded batch.
-
-    Args:
-        prompts: B token id lists.
-        temperature: 0 for greedy decoding.
-        stop_text: when not empty, a response also ends with the token that completes this
-            text (e.g. ``"</action>"``).
-        share_prefix: run the prompt start that all prompts share once and generate on top
-            of its repeated cache (:mod:`training.local.prefix`); same distribution, less
-            compute.
-
-    Returns:
-        ``(response_ids, log_probs)``: per prompt, the generated ids up to and including the
-        first end-of-sequence token (or the end of ``stop_text``), and the log-prob of each
-        under ``logits / temperature`` (raw logits, before top-p/top-k; greedy decoding uses
-        temperature 1). Padding after a finished response is never part of it.
-    """
-    import torch
-
-    eos_ids = _eos_ids(model, tokenizer)
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos_ids[0]
-    # [shared prefix | left padding | rest of the prompt]; the padding is masked out.
-    prefix = shared_prefix_length(prompts) if share_prefix else 0
-    width = prefix + max(len(p) - prefix for p in prompts)
-    input_ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
-    attention = torch.zeros((len(prompts), width), dtype=torch.long)
-    if prefix:
-        input_ids[:, :prefix] = torch.tensor(prompts[0][:prefix], dtype=torch.long)
-        attention[:, :prefix] = 1
-    for row, ids in enumerate(prompts):
-        input_ids[row, width - len(ids) + prefix :] = torch.tensor(ids[prefix:], dtype=torch.long)
-        attention[row, width - len(ids) + prefix :] = 1
-    sample = temperature > 0
-    kwargs: dict[str, Any] = {"do_sample": sample}
-    if prefix:
-        with torch.no_grad():
-            kwargs[cache_kwarg(model)] = prefix_cache(model, prompts[0][:prefix], len(prompts))
-    if sample:
-        kwargs.update(temperature=temperature, top_p=top_p, top_k=top_k)
-    if stop_text:
-        kwargs.update(stop_strings=[stop_text], tokenizer=tokenizer)
-    with torch.no_grad():
-        out = model.generate(
-            input_ids=input_ids.to(model.device),
-            attention_mask=attention.to(model.device),
-            max_new_tokens=max_new_tokens,
-            eos_token_id=eos_ids,
-            pad_token_id=pad_id,
-            return_dict_in_generate=True,
-            output_logits=True,
-            **kwargs,
-        )
-    new_tokens = out.sequences[:, width:]
-    logits = torch.stack(out.logits, dim=1).float()  # (B, steps, V)
-    scale = temperature if sample else 1.0
-    log_probs = torch.log_softmax(logits / scale, dim=-1)
-    chosen = log_probs.gather(-1, new_tokens[:, : logits.shape[1], None]).squeeze(-1).cpu()
-    new_tokens = new_tokens.cpu()
-    responses, response_log_probs = [], []
-    eos = torch.tensor(eos_ids)
-    for row in range(len(prompts)):
-        ids = new_tokens[row]
-        hits = torch.nonzero(torch.isin(ids, eos)).flatten()
-        length = int(hits[0]) + 1 if len(hits) else len(ids)
-        if stop_text:
-            length = min(length, _stop_length(tokenizer, ids[:length].tolist(), stop_text))
-        responses.append(ids[:length].tolist())
-        response_log_probs.append(chosen[row, :length].tolist())
-    return responses, response_log_probs
-
-
 def collect(
     model: Any,
     tokenizer: Any,
@@ -169,6 +90,8 @@ def collect(
     response_prefix: str = "",
     stop_text: str = "",
     share_prefix: bool = False,
+    max_prompt_tokens: int = 0,
+    cache: str = "dynamic",
 ) -> Rollout:
     """Plays one episode in every sub-environment; returns the step records.
 
@@ -185,7 +108,14 @@ def collect(
             the environment reads it together with the generated text.
         stop_text: ends a response early (see :func:`generate`).
         share_prefix: see :func:`generate`.
+        max_prompt_tokens: the longest prompt allowed (0: no cap); a longer one raises
+            :class:`PromptTooLongError` (the iteration is lost, the last checkpoint is not).
+        cache: ``dynamic`` or ``static`` (see :func:`generate`; ``static`` needs
+            ``max_prompt_tokens``: its cache holds ``num_envs`` rows of
+            ``max_prompt_tokens + max_new_tokens`` tokens, every turn the same shape).
     """
+    if cache == "static" and max_prompt_tokens < 1:
+        raise ValueError("rollout.cache=static needs rollout.max_prompt_tokens (its fixed shape)")
     num_envs = envs.num_envs
     records = StepRecords()
     returns = np.zeros(num_envs)
@@ -195,7 +125,7 @@ def collect(
     gen_seconds = env_seconds = 0.0
     generated = 0
 
-    eos_ids = set(_eos_ids(model, tokenizer))
+    ends = set(eos_ids(model, tokenizer))
     tick = time.perf_counter()
     _, infos = envs.reset(seed=seed)
     env_seconds += time.perf_counter() - tick
@@ -210,6 +140,8 @@ def collect(
         prompts = render_prompts(
             tokenizer, [list(infos["messages"][i]) for i in active], response_prefix
         )
+        if max_prompt_tokens:
+            check_prompt_lengths(prompts, max_prompt_tokens, [envs.group_ids[i] for i in active])
         response_ids, log_probs = generate(
             model,
             tokenizer,
@@ -220,6 +152,9 @@ def collect(
             top_k=top_k,
             stop_text=stop_text,
             share_prefix=share_prefix,
+            cache=cache,
+            rows=num_envs,
+            cache_length=max_prompt_tokens + max_new_tokens,
         )
         texts = [
             response_prefix + text
@@ -230,7 +165,7 @@ def collect(
 
         # cut by max_new_tokens, not ended by an end-of-sequence token or the stop text
         ended = [
-            bool(ids) and (ids[-1] in eos_ids or bool(stop_text and text.endswith(stop_text)))
+            bool(ids) and (ids[-1] in ends or bool(stop_text and text.endswith(stop_text)))
             for ids, text in zip(response_ids, texts, strict=True)
         ]
         actions = [""] * num_envs
@@ -264,21 +199,13 @@ def collect(
     return Rollout(records, returns, won, lengths, gen_seconds, env_seconds, generated)
 
 
-def _stop_length(tokenizer: Any, ids: list[int], stop_text: str) -> int:
-    """Tokens up to the one that completes ``stop_text`` (all of them if none does)."""
-    if stop_text not in tokenizer.decode(ids, skip_special_tokens=False):
-        return len(ids)
-    for k in range(1, len(ids) + 1):
-        if stop_text in tokenizer.decode(ids[:k], skip_special_tokens=False):
-            return k
-    return len(ids)
-
-
-def _eos_ids(model: Any, tokenizer: Any) -> list[int]:
-    ids = model.generation_config.eos_token_id
-    ids = [ids] if isinstance(ids, int) else list(ids or [])
-    if tokenizer.eos_token_id is not None and tokenizer.eos_token_id not in ids:
-        ids.append(tokenizer.eos_token_id)
-    if not ids:
-        raise ValueError("the tokenizer and the model define no end-of-sequence token")
-    return ids
+def check_prompt_lengths(prompts: list[list[int]], cap: int, groups: list[int]) -> None:
+    """Raises :class:`PromptTooLongError` naming ``rollout.max_prompt_tokens`` when a prompt
+    (token ids; ``groups[k]`` is prompt k's group) is longer than ``cap``."""
+    longest = max(range(len(prompts)), key=lambda k: len(prompts[k]))
+    if len(prompts[longest]) > cap:
+        raise PromptTooLongError(
+            f"a prompt of group {int(groups[longest])} has {len(prompts[longest])} tokens, over "
+            f"rollout.max_prompt_tokens={cap}: raise the cap, or shorten the prompts "
+            "(env.history_length, env.template)"
+        )

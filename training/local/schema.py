@@ -51,6 +51,13 @@ class ModelConfig:
     losses stay float32 (see training/local/precision.py)."""
     device: str = "cpu"
     """torch device of the policy and the reference (``cpu``, ``cuda``, ``cuda:1``)."""
+    gradient_checkpointing: bool = field(default=False, metadata=RESUMABLE)
+    """Keep only each decoder layer's input through the update's forward pass and recompute
+    the rest during the backward pass (transformers' gradient checkpointing, non-reentrant):
+    ~1/3 more compute, a fraction of the activation memory (16 rows x 2,560 tokens of a 1.5B
+    model: 36.6 GiB instead of out of memory on a 139 GiB GPU). The update's forward passes
+    with a gradient then run every row in full: a recomputed layer drops any key/value cache,
+    so ``model.share_prefix`` holds for generation and the no-gradient passes only."""
     trainable_layers: int = 0
     """Train only the last this many decoder layers and the final norm (0: every weight).
     Backpropagation then stops early: the update of a 135M model on CPU runs ~2x faster."""
@@ -99,6 +106,16 @@ class RolloutConfig:
     the environment together with what the model writes after it."""
     stop_text: str = ""
     """A response ends once it has written this text (e.g. ``"</action>"``), or at EOS."""
+    max_prompt_tokens: int = 0
+    """The longest prompt a step may have, in tokens (0: no cap). A longer prompt is an error
+    naming this key, never a silent cut; the memory plan (``--dry-run``) sizes generation and
+    the update with it (the paper's ALFWorld runs: 2,048)."""
+    cache: str = "dynamic"
+    """The key/value cache of generation: ``dynamic`` (transformers' default, grown as
+    decoding goes) or ``static`` (preallocated for every env x ``max_prompt_tokens +
+    max_new_tokens``, the same shape every turn, which transformers compiles its decoding
+    step for on a GPU, once a run: about 2x the tokens/s there once compiled, ~50 s to
+    compile; needs ``max_prompt_tokens``; no shared prefix in generation)."""
 
 
 @dataclass
@@ -145,6 +162,12 @@ class AlgoConfig(EstimatorSettings):
     ``ppo_epochs``; this project's old key ``algo.ppo_epochs`` is read as this one)."""
     minibatch_size: int = 32
     """Step records per optimizer step."""
+    micro_batch_tokens: int = field(default=0, metadata=RESUMABLE)
+    """Most padded tokens (rows x longest prompt + response) a forward and backward pass of
+    the update holds: each minibatch runs as micro-batches of up to this many tokens, their
+    gradients accumulated into one optimizer step equal to the whole minibatch's (to float
+    rounding); a row longer than it runs alone. The reference's, the old log-probs' and PPO's
+    critic passes are cut the same way. 0: the whole minibatch in one pass."""
 
 
 @dataclass
