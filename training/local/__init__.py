@@ -12,7 +12,8 @@ is the loop, ``from training.local.train import train``):
   compute dtype of every forward pass (bfloat16 autocast where native;
   :mod:`~training.local.attention`: attention on a CPU under it);
   :mod:`~training.local.threads`: torch's thread count, from the cores left free;
-  :mod:`~training.local.allocator`: freed memory kept for reuse (no page faults a step).
+  :mod:`~training.local.allocator`: freed memory kept for reuse (no page faults a step);
+  :mod:`~training.local.memory`: the run's memory plan, checked before any weight loads.
 - :mod:`~training.local.tasks`: training and held-out task seeds;
   :mod:`~training.local.play`: playing them; :mod:`~training.local.rollout`: batched
   generation and env steps into step records (:mod:`~training.local.decoding`: sampling

@@ -5,24 +5,31 @@ from __future__ import annotations
 import argparse
 import sys
 
-from training.local.config import ConfigError, load_config
+from training.local.config import ConfigError, TrainConfig, load_config
 
-USAGE = """python -m training.local --config FILE.yaml [--out DIR] [--section.key=value ...]
+USAGE = """python -m training.local --config FILE.yaml [--out DIR] [--dry-run] [--section.key=v ...]
 
 Trains a causal LM with GiGPO (or GRPO, RLOO, or PPO with a critic) on a gigpo environment,
 on one machine. Sections: model, env, rollout, eval, algo, optim, run (see
 training/local/schema.py), e.g.
   --algo.estimator=grpo --env.num_groups 4 --run.iterations=10 --model.name_or_path=smollm2
   --algo.estimator=ppo --optim.critic_lr=1e-5
-Metrics go to DIR/metrics.jsonl, the learning curve to DIR/curve.png."""
+Metrics go to DIR/metrics.jsonl, the learning curve to DIR/curve.png. --dry-run checks the
+config and prints its memory plan (no weight loads; model.device need not exist here), and
+whether it fits the device's free memory (or $GIGPO_FREE_MEMORY_GIB)."""
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m training.local", usage=USAGE)
     parser.add_argument("--config", default=None, help="YAML config file")
+    parser.add_argument(
+        "--dry-run", action="store_true", help="print the memory plan and exit; train nothing"
+    )
     args, overrides = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
     try:
-        config = load_config(args.config, overrides)
+        config = load_config(args.config, overrides, check_device=not args.dry_run)
+        if args.dry_run:
+            return dry_run(config)
     except ConfigError as exc:
         parser.error(str(exc))
     from training.local.checkpoint import UnsafeCheckpointError
@@ -36,6 +43,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(exc))
     try:
         rows = train(config)
+    except ConfigError as exc:  # the memory plan does not fit
+        parser.error(str(exc))
     except TrainingDivergedError as exc:
         print(f"{parser.prog}: training diverged: {exc}", file=sys.stderr)
         return 1
@@ -45,6 +54,46 @@ def main(argv: list[str] | None = None) -> int:
             f"iteration {last['iteration'] + 1}: success rate {last['success_rate']:.3f}, "
             f"mean return {last['mean_return']:.3f}; metrics in {config.run.out}/metrics.jsonl"
         )
+    return 0
+
+
+def dry_run(config: TrainConfig) -> int:
+    """Prints the memory plan (a table, then one JSON line) and whether it fits the free
+    memory of ``model.device`` (when this machine has it, or ``$GIGPO_FREE_MEMORY_GIB``);
+    loads no weights and writes nothing. Returns 0, or 1 when the plan does not fit.
+
+    Raises:
+        ConfigError: it does not fit (the message names the settings to change).
+    """
+    import json
+    import tempfile
+    from pathlib import Path
+
+    from training.local.memory import (
+        GIB,
+        check_fits,
+        environ_free_override,
+        free_memory,
+        run_plan,
+    )
+    from training.local.model import resolve_model_path
+
+    m = config.model
+    with tempfile.TemporaryDirectory(prefix="gigpo-dry-run-") as tmp:
+        # The tiny model's shape follows from its settings; it is built (in seconds, into a
+        # folder removed after) only when its tokenizer must count an uncapped prompt.
+        tiny_capped = m.name_or_path == "tiny-random" and config.rollout.max_prompt_tokens
+        model_dir = None if tiny_capped else resolve_model_path(m, Path(tmp))
+        plan = run_plan(config, model_dir)
+    print("\n".join(plan.lines()))
+    print(json.dumps(plan.to_dict()))
+    free = environ_free_override() or free_memory(m.device)
+    if free is None:
+        print(f"free memory of {m.device}: unknown here (not this machine's device); the "
+              "plan is checked again when the run starts")  # fmt: skip
+        return 0
+    check_fits(plan, free)
+    print(f"fits: peak {plan.peak / GIB:.2f} GiB of {free / GIB:.1f} GiB free on {m.device}")
     return 0
 
 

@@ -8,7 +8,9 @@
   with ``torch.load(..., weights_only=True)``, whose unpickler builds only tensors and plain
   containers and refuses anything else (a planted ``__reduce__`` is an error, not a call);
 - ``state.json``, written last: the format version, the iteration counter and every RNG
-  state (Python's, NumPy's global one, torch's CPU one, the trainer's own generator).
+  state (Python's, NumPy's global one, torch's CPU one, the trainer's own generator, and
+  where the run used them CUDA's, one per visible device, and MPS's), so that a resumed
+  run on any device samples what the uninterrupted one did.
 
 A directory without ``state.json`` is incomplete and never read. A checkpoint in the old
 pickled format (one ``state.pt``) is refused; ``python -m training.local.checkpoint
@@ -31,6 +33,7 @@ import json
 import random
 import shutil
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -38,9 +41,12 @@ import numpy as np
 
 from training.files import atomic_write_text
 from training.local.checkpoint_files import (
+    DEVICE_RNGS,
     FORMAT,
+    device_rng_states,
     read_tensors,
     read_torch,
+    restore_device_rngs,
     rng_from_json,
     rng_to_json,
     write_tensors,
@@ -88,6 +94,7 @@ def save_checkpoint(
         "numpy": np.random.get_state(),  # noqa: NPY002  (libraries draw from it)
         "torch": torch.get_rng_state(),
         "generator": generator.bit_generator.state,
+        **device_rng_states(),
     }
     return write_checkpoint(out, states, iteration=iteration, rng=rng)
 
@@ -214,6 +221,8 @@ def load_checkpoint(
     random.setstate(rng["python"])
     np.random.set_state(rng["numpy"])  # noqa: NPY002
     torch.set_rng_state(rng["torch"])
+    for message in restore_device_rngs(rng):
+        warnings.warn(f"resuming from {directory}: {message}", RuntimeWarning, stacklevel=2)
     generator.bit_generator.state = rng["generator"]
     return int(state["iteration"])
 
@@ -236,8 +245,12 @@ def read_state(directory: Path) -> dict[str, Any]:
     if isinstance(iteration, bool) or not isinstance(iteration, int) or iteration < 0:
         raise ValueError(f"{path}: 'iteration' must be an int >= 0")
     rng = state.get("rng")
-    if not isinstance(rng, dict) or set(rng) != {"python", "numpy", "torch", "generator"}:
-        raise ValueError(f"{path}: 'rng' must hold python, numpy, torch and generator states")
+    required = {"python", "numpy", "torch", "generator"}
+    if not isinstance(rng, dict) or not required <= set(rng) <= required | set(DEVICE_RNGS):
+        raise ValueError(
+            f"{path}: 'rng' must hold python, numpy, torch and generator states (and "
+            "optionally cuda and mps)"
+        )
     return state
 
 

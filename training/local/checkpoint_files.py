@@ -72,15 +72,21 @@ def read_torch(path: Path) -> Any:
 
 
 def rng_to_json(rng: dict[str, Any]) -> dict[str, Any]:
-    """The RNG states (``python``, ``numpy``, ``torch``, ``generator``) as JSON values."""
+    """The RNG states (``python``, ``numpy``, ``torch``, ``generator``, and where a device
+    was used ``cuda``: one byte tensor per visible device, ``mps``: one) as JSON values."""
     version, words, gauss = rng["python"]
     name, keys, position, has_gauss, cached = rng["numpy"]
-    return {
+    out = {
         "python": [version, list(words), gauss],
         "numpy": [name, [int(k) for k in keys], int(position), int(has_gauss), float(cached)],
         "torch": [int(b) for b in rng["torch"].tolist()],
         "generator": rng["generator"],
     }
+    if "cuda" in rng:
+        out["cuda"] = [[int(b) for b in state.tolist()] for state in rng["cuda"]]
+    if "mps" in rng:
+        out["mps"] = [int(b) for b in rng["mps"].tolist()]
+    return out
 
 
 def rng_from_json(rng: dict[str, Any]) -> dict[str, Any]:
@@ -100,4 +106,81 @@ def rng_from_json(rng: dict[str, Any]) -> dict[str, Any]:
         ),  # fmt: skip
         "torch": torch.tensor(rng["torch"], dtype=torch.uint8),
         "generator": rng["generator"],
+    } | {
+        name: _bytes(rng[name]) if name == "mps" else [_bytes(s) for s in rng[name]]
+        for name in DEVICE_RNGS
+        if name in rng
     }
+
+
+#: The optional RNG states of devices, saved where the run used them.
+DEVICE_RNGS = ("cuda", "mps")
+
+
+def _bytes(values: list[int]) -> Any:
+    """A list of ints in [0, 255] as a uint8 tensor (an RNG state)."""
+    import torch
+
+    if not isinstance(values, list) or not all(
+        isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 256 for v in values
+    ):
+        raise ValueError("a device RNG state must be a list of bytes (ints in [0, 255])")
+    return torch.tensor(values, dtype=torch.uint8)
+
+
+def device_rng_states(cuda: Any = None, mps: Any = None) -> dict[str, Any]:
+    """The RNG states of the accelerators this process used: ``cuda`` (one per visible
+    device, where CUDA is initialised: a CPU run on a GPU machine saves none and starts no
+    CUDA context) and ``mps`` (where available).
+
+    Args:
+        cuda, mps: ``torch.cuda`` and ``torch.mps`` (default); a test passes stand-ins.
+    """
+    import torch
+
+    cuda = torch.cuda if cuda is None else cuda
+    states: dict[str, Any] = {}
+    if cuda.is_available() and cuda.is_initialized():
+        states["cuda"] = list(cuda.get_rng_state_all())
+    if mps is None and torch.backends.mps.is_available():
+        mps = torch.mps
+    if mps is not None:
+        states["mps"] = mps.get_rng_state()
+    return states
+
+
+def restore_device_rngs(rng: dict[str, Any], cuda: Any = None, mps: Any = None) -> list[str]:
+    """Restores the accelerator RNG states a checkpoint holds (:func:`device_rng_states`);
+    returns a warning for each one it cannot restore exactly (another device count, a
+    checkpoint made before they were saved while this run uses the device).
+
+    Args:
+        cuda, mps: ``torch.cuda`` and ``torch.mps`` (default); a test passes stand-ins.
+    """
+    import torch
+
+    cuda = torch.cuda if cuda is None else cuda
+    problems = []
+    if cuda.is_available():
+        saved = rng.get("cuda")
+        count = cuda.device_count()
+        if saved is None:
+            if cuda.is_initialized():
+                problems.append(
+                    "the checkpoint holds no CUDA RNG state (made before they were saved, or "
+                    "on another device): the resumed run samples differently from an "
+                    "uninterrupted one"
+                )
+        else:
+            if len(saved) != count:
+                problems.append(
+                    f"the checkpoint holds CUDA RNG states of {len(saved)} device(s) and this "
+                    f"machine has {count}: the first {min(len(saved), count)} are restored"
+                )
+            for index, state in enumerate(saved[:count]):
+                cuda.set_rng_state(state, index)
+    if mps is None and torch.backends.mps.is_available():
+        mps = torch.mps
+    if mps is not None and "mps" in rng:
+        mps.set_rng_state(rng["mps"])
+    return problems

@@ -20,18 +20,20 @@ from training.settings import unread
 from training.text import show
 
 
-def validate(config: TrainConfig) -> None:
+def validate(config: TrainConfig, *, check_device: bool = True) -> None:
     """Raises :class:`ConfigError`, naming the dotted key, on values no run can use.
 
     Checks every field against the constants :mod:`gigpo_algo` and the envs use, then
     builds and resets one environment (id, kwargs, prompt template), all before any model
-    is loaded.
+    is loaded. ``check_device=False`` leaves out whether ``model.device`` exists here (a
+    dry run planning a GPU run on another machine).
     """
     _check_algo(config)
     _check_ranges(config)
     _check_limits(config)
     _check_run_dir(config)
-    _check_device(config.model.device)
+    if check_device:
+        _check_device(config.model.device)
     _check_model_path(config.model.name_or_path)
     _check_tensorboard(config)
     _check_template(config.env.template)

@@ -124,13 +124,20 @@ def config_path(name: str | Path) -> Path:
     )
 
 
-def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> TrainConfig:
+def load_config(
+    path: str | Path | None = None,
+    overrides: list[str] | None = None,
+    *,
+    check_device: bool = True,
+) -> TrainConfig:
     """Builds a :class:`TrainConfig` from an optional YAML file and CLI-style overrides.
 
     Args:
         path: a YAML file with any subset of the sections, a shipped config's bare name
             (``smoke``, ``quickstart``; see :func:`config_path`), or None for the defaults.
         overrides: ``["--algo.estimator=grpo", "--out", "runs/x", ...]``.
+        check_device: check that ``model.device`` exists on this machine (False: a dry run
+            planning for another machine).
 
     Raises:
         ConfigError: unknown key, wrong type, unreadable YAML, or an invalid value.
@@ -168,7 +175,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         _set_dotted(config, new_name(key, f"override --{key}"), value, text)
     moved = ppo_gamma_renamed(dataclasses.asdict(config.algo), "config")
     config.algo.gamma, config.algo.gae_gamma = moved["gamma"], moved["gae_gamma"]
-    validate(config)
+    validate(config, check_device=check_device)
     return config
 
 

@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 from pathlib import Path
+from typing import Any
 
 CHAT_TEMPLATE = (
     "{% for message in messages %}"
@@ -120,7 +121,7 @@ def build_tiny_model(
     """
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+    from transformers import PreTrainedTokenizerFast, Qwen2ForCausalLM
 
     if hidden_size % 16 or hidden_size < 16:
         raise ValueError(f"hidden_size must be a positive multiple of 16, got {hidden_size}")
@@ -155,18 +156,12 @@ def build_tiny_model(
     tokenizer.chat_template = CHAT_TEMPLATE
     tokenizer.save_pretrained(directory)
 
-    config = Qwen2Config(
-        vocab_size=len(tokenizer),
-        hidden_size=hidden_size,
-        intermediate_size=2 * hidden_size,
-        num_hidden_layers=num_layers,
-        num_attention_heads=hidden_size // 16,
-        num_key_value_heads=max(1, hidden_size // 32),
-        max_position_embeddings=4096,
-        tie_word_embeddings=True,
+    config = tiny_model_config(
+        hidden_size,
+        num_layers,
+        len(tokenizer),
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
-        bos_token_id=None,
     )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
@@ -188,6 +183,29 @@ def build_tiny_model(
         if tiny_model_settings(final) != settings:
             raise
     return final
+
+
+def tiny_model_config(
+    hidden_size: int, num_layers: int, vocab_size: int, **tokens: int | None
+) -> Any:
+    """The tiny model's ``Qwen2Config``: heads of 16 dims, one key/value head per two, an MLP
+    twice as wide as the model, tied embeddings. ``vocab_size``: the tokenizer's length (the
+    BPE vocabulary, at most the ``vocab_size`` setting, and the :data:`TAG_TOKENS`).
+    ``tokens``: ``eos_token_id`` and ``pad_token_id``."""
+    from transformers import Qwen2Config
+
+    return Qwen2Config(
+        vocab_size=vocab_size,
+        hidden_size=hidden_size,
+        intermediate_size=2 * hidden_size,
+        num_hidden_layers=num_layers,
+        num_attention_heads=hidden_size // 16,
+        num_key_value_heads=max(1, hidden_size // 32),
+        max_position_embeddings=4096,
+        tie_word_embeddings=True,
+        bos_token_id=None,
+        **tokens,
+    )
 
 
 def tiny_model_settings(directory: str | Path) -> dict[str, int] | None:

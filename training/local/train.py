@@ -24,8 +24,14 @@ from training.local.allocator import keep_freed_memory
 from training.local.checkpoint import load_checkpoint, save_checkpoint
 from training.local.checks import validate
 from training.local.critic import ppo_targets
+from training.local.memory import check_fits, environ_free_override, free_memory, run_plan
 from training.local.metrics import MetricsLog, iteration_row, plot_curves, read_metrics
-from training.local.model import learning_rate, load_models, require_train_extra
+from training.local.model import (
+    learning_rate,
+    load_models,
+    require_train_extra,
+    resolve_model_path,
+)
 from training.local.play import config_envs, evaluate_heldout, play, task_split, train_seeds
 from training.local.policy import check_finite, policy_update
 from training.local.precision import compute, prepare_models, resolve_compute_dtype
@@ -46,6 +52,11 @@ def train(config: TrainConfig) -> list[dict[str, Any]]:
     Writes into ``config.run.out``: ``config.json``, ``metrics.jsonl``, ``curve.png``,
     ``checkpoint/``, ``rollouts/`` (step records, :mod:`training.record_files`) and
     ``tensorboard/`` (see ``run.tensorboard``).
+
+    Raises:
+        ConfigError: the run's memory plan (:mod:`training.local.memory`) does not fit the
+            device's free memory (or ``$GIGPO_FREE_MEMORY_GIB``); raised before any weight
+            loads, naming the settings to change.
     """
     require_train_extra()
 
@@ -62,6 +73,10 @@ def train(config: TrainConfig) -> list[dict[str, Any]]:
     print(f"training: compute {dtype} ({why}); weights {config.model.dtype}; torch threads "
           f"{'fixed at ' if config.run.threads else 'chosen per iteration, now '}"
           f"{threads.threads} of {threads.cores} cores", file=sys.stderr)  # fmt: skip
+    # The memory plan, before any weight loads: a run that cannot fit stops here.
+    plan = run_plan(config, resolve_model_path(config.model, out))
+    print("\n".join(plan.lines()), file=sys.stderr)
+    check_fits(plan, environ_free_override() or free_memory(config.model.device))
     _seed_everything(config.run.seed)
     generator = np.random.default_rng(config.run.seed)
     models = load_models(config, out)

@@ -1,0 +1,196 @@
+"""The memory plan: its parts worked by hand for a known shape, what each setting moves, the
+dry run (the paper's ALFWorld config planned on this CPU for a GPU), and a run that cannot
+fit refused before any weight loads. The plan against measured peaks is
+benchmarks/memory_plan.py (docs/benchmarks.md, "Memory")."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from training.local.config import ConfigError, load_config
+from training.local.memory import GIB, ModelShape, check_fits, plan_memory
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+#: Qwen2.5-1.5B's shape, counted by hand: 28 layers of q, k, v (with biases), o, the MLP's
+#: three matrices and two norms, tied 151,936 x 1,536 embeddings and a final norm.
+_LAYER = (1536 * 1536 + 1536) + 2 * (1536 * 256 + 256) + 1536 * 1536 + 3 * 1536 * 8960 + 2 * 1536
+QWEN15 = ModelShape(
+    hidden=1536, intermediate=8960, layers=28, heads=12, kv_heads=2, head_dim=128,
+    vocab=151936, parameters=28 * _LAYER + 151936 * 1536 + 1536,
+    trainable=28 * _LAYER + 151936 * 1536 + 1536, body=28 * _LAYER + 151936 * 1536 + 1536,
+)  # fmt: skip
+
+
+def _config(*overrides: str, tmp_path: Path):
+    return load_config("smoke", [f"--out={tmp_path}/run", *overrides])
+
+
+def test_the_plan_of_a_known_shape_by_hand(tmp_path):
+    config = _config(
+        "--model.device=cpu", "--model.compute_dtype=float32", "--env.num_groups=4",
+        "--env.group_size=2", "--eval.groups=2", "--rollout.max_new_tokens=100",
+        "--rollout.max_prompt_tokens=400", "--algo.minibatch_size=8",
+        "--algo.micro_batch_tokens=1000", tmp_path=tmp_path,
+    )  # fmt: skip
+    plan = plan_memory(config, QWEN15, 400)
+    n = QWEN15.parameters
+    assert n == 1_543_714_304  # Qwen2.5-1.5B's published count
+    assert plan.resident == {"policy": 4 * n, "reference": 4 * n, "critic": 0,
+                             "optimizer": 8 * n, "autocast_copies": 0}  # fmt: skip
+    # 8 rows x 500 tokens x 28 layers x (k, v) x 2 heads x 128 dims x 4 bytes
+    assert plan.generation["kv_cache"] == 8 * 500 * 28 * 2 * 2 * 128 * 4
+    assert plan.sizes["micro_batch_rows"] == 2  # 1,000 tokens hold two rows of 500
+    assert plan.update["gradients"] == 4 * n
+    assert plan.peak == max(plan.generation_peak, plan.update_peak)
+    text = "\n".join(plan.lines())
+    assert "kv_cache" in text and "GiB" in text
+
+
+def test_each_setting_moves_the_part_it_should(tmp_path):
+    base = ["--model.device=cpu", "--model.compute_dtype=float32",
+            "--rollout.max_prompt_tokens=1024", "--rollout.max_new_tokens=256",
+            "--algo.minibatch_size=16"]  # fmt: skip
+    whole = plan_memory(_config(*base, tmp_path=tmp_path), QWEN15, 1024)
+    micro = plan_memory(_config(*base, "--algo.micro_batch_tokens=2560", tmp_path=tmp_path),
+                        QWEN15, 1024)  # fmt: skip
+    kept = plan_memory(_config(*base, "--model.gradient_checkpointing=true", tmp_path=tmp_path),
+                       QWEN15, 1024)  # fmt: skip
+    assert micro.update["activations"] * 8 == pytest.approx(whole.update["activations"], rel=0.01)
+    assert kept.update["activations"] < whole.update["activations"] / 10
+    assert micro.generation == whole.generation  # generation holds every env all the same
+    no_ref = plan_memory(_config(*base, "--algo.kl_coef=0", tmp_path=tmp_path), QWEN15, 1024)
+    assert no_ref.resident["reference"] == 0 < whole.resident["reference"]
+    bf16 = plan_memory(_config(*base, "--model.compute_dtype=bfloat16", tmp_path=tmp_path),
+                       QWEN15, 1024)  # fmt: skip
+    assert bf16.resident["autocast_copies"] == 2 * QWEN15.trainable
+    assert bf16.generation["kv_cache"] * 2 == whole.generation["kv_cache"]
+    ppo = plan_memory(_config(*base, "--algo.estimator=ppo", tmp_path=tmp_path), QWEN15, 1024)
+    assert ppo.resident["critic"] > 0 and ppo.resident["optimizer"] > whole.resident["optimizer"]
+
+
+def test_a_plan_that_does_not_fit_names_the_settings(tmp_path):
+    config = _config("--rollout.max_prompt_tokens=2048", "--rollout.max_new_tokens=512",
+                     "--algo.minibatch_size=16", tmp_path=tmp_path)  # fmt: skip
+    plan = plan_memory(config, QWEN15, 2048)
+    with pytest.raises(ConfigError, match="algo.micro_batch_tokens") as caught:
+        check_fits(plan, 80 * GIB)
+    assert "gradient_checkpointing" in str(caught.value)
+    check_fits(plan, 10_000 * GIB)  # fits
+    check_fits(plan, None)  # a device whose free memory is unknown: no check
+
+
+def _qwen_dir(tmp_path: Path) -> Path:
+    """A Qwen2.5-1.5B model directory holding only its config (a plan loads no weight)."""
+    from bench_train import QWEN25_15B
+    from transformers import Qwen2Config
+
+    directory = tmp_path / "qwen2.5-1.5b"
+    Qwen2Config(**QWEN25_15B, eos_token_id=151645, pad_token_id=151643).save_pretrained(directory)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def alfworld_games(tmp_path_factory):
+    from gigpo_envs.alfworld.generate import generate_games
+
+    out = tmp_path_factory.mktemp("alfworld")
+    generate_games(out, num_games=2, seed=3)
+    return out
+
+
+def test_the_papers_alfworld_config_plans_to_fit_one_80_gb_gpu(
+    tmp_path, alfworld_games, capsys, monkeypatch
+):
+    """training/configs/alfworld_gpu.yaml, dry-run here for a GPU this machine lacks."""
+    from training.local.__main__ import main
+
+    monkeypatch.delenv("GIGPO_FREE_MEMORY_GIB", raising=False)
+    args = ["--config", "alfworld_gpu", "--dry-run", f"--model.name_or_path={_qwen_dir(tmp_path)}",
+            f"--env.kwargs={{data_dir: '{alfworld_games}', split: train, max_steps: 50}}",
+            f"--out={tmp_path}/run"]  # fmt: skip
+    assert main(args) == 0
+    printed = capsys.readouterr().out
+    plan = json.loads(next(line for line in printed.splitlines() if line.startswith("{")))
+    assert plan["device"] == "cuda"
+    assert plan["sizes"] | {"prompt_source": None} == {
+        "generation_rows": 128, "prompt_tokens": 2048, "new_tokens": 512,
+        "micro_batch_rows": 2, "micro_batch_tokens": 5120, "compute": "bfloat16",
+        "weights": "float32", "prompt_source": None,
+    }  # fmt: skip
+    assert plan["resident"]["reference"] > 0 and plan["resident"]["optimizer"] > 0
+    # An 80 GB card (79.1 GiB usable): the plan with its headroom fits
+    check_fits_80 = plan["peak"] * 1.1 + GIB
+    assert check_fits_80 < 79 * GIB, plan["peak"] / GIB
+    assert "unknown here" in printed and not (tmp_path / "run").exists()
+    monkeypatch.setenv("GIGPO_FREE_MEMORY_GIB", "79")
+    assert main(args) == 0
+    assert "fits: peak" in capsys.readouterr().out
+
+
+def test_a_run_that_cannot_fit_stops_before_any_weight_loads(tiny_config, monkeypatch, capsys):
+    from training.local.__main__ import main
+
+    config = tiny_config("gigpo/Sokoban-v0")
+    monkeypatch.setenv("GIGPO_FREE_MEMORY_GIB", "0.5")  # under the 1 GiB reserve
+    from training.local import model as model_module
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("weights were loaded")
+
+    monkeypatch.setattr(model_module, "load_model", refuse)
+    from training.local.train import train
+
+    with pytest.raises(ConfigError, match="does not fit cpu") as caught:
+        train(config)
+    assert "algo.micro_batch_tokens" in str(caught.value)
+    assert not (Path(config.run.out) / "metrics.jsonl").exists()
+    # the command line: exit 2 and the message, no traceback
+    args = ["--config", "smoke", f"--out={config.run.out}", "--run.progress=false"]
+    with pytest.raises(SystemExit) as code:
+        main(args)
+    assert code.value.code == 2 and "does not fit" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main([*args, "--dry-run"])
+
+
+@pytest.mark.parametrize(
+    ("override", "match"),
+    [
+        ("--rollout.cache=paged", "rollout.cache"),
+        ("--rollout.cache=static", "rollout.max_prompt_tokens"),
+        ("--rollout.max_prompt_tokens=-1", "rollout.max_prompt_tokens"),
+        ("--algo.micro_batch_tokens=-5", "algo.micro_batch_tokens"),
+        ("--model.gradient_checkpointing=maybe", "model.gradient_checkpointing"),
+    ],
+)
+def test_the_new_settings_are_checked_at_load(override, match):
+    with pytest.raises(ConfigError, match=match):
+        load_config("smoke", [override])
+
+
+def test_bad_free_memory_overrides_are_named(monkeypatch):
+    from training.local.memory import environ_free_override
+
+    for bad in ("lots", "-3", "nan"):
+        monkeypatch.setenv("GIGPO_FREE_MEMORY_GIB", bad)
+        with pytest.raises(ConfigError, match="GIGPO_FREE_MEMORY_GIB"):
+            environ_free_override()
+    monkeypatch.setenv("GIGPO_FREE_MEMORY_GIB", "1.5")
+    assert environ_free_override() == int(1.5 * GIB)
+
+
+def test_the_shape_read_from_a_model_directory_is_the_hand_count(tmp_path):
+    from training.local.memory import model_shape
+
+    directory = _qwen_dir(tmp_path)
+    config = _config(f"--model.name_or_path={directory}", tmp_path=tmp_path)
+    assert model_shape(config, directory) == QWEN15
+    two = load_config("smoke", [f"--model.name_or_path={directory}", f"--out={tmp_path}/r",
+                                "--model.trainable_layers=2"])  # fmt: skip
+    assert model_shape(two, directory).trainable == 2 * _LAYER + 1536  # and the final norm

@@ -1,0 +1,400 @@
+"""The memory plan of a run: its peak memory, from the model's config and the run's sizes,
+before any weight loads (``gigpo-train --dry-run`` prints it; a run whose plan does not fit
+the device's free memory is refused before its first iteration).
+
+Resident all run: the policy's weights, the reference's (``algo.kl_coef`` > 0), PPO's
+critic, AdamW's two moments of every trainable weight, and under bfloat16 autocast over
+float32 weights autocast's bfloat16 copy of each trainable weight. On top, the larger of:
+
+- **generation** (every env at once, prompts of up to ``rollout.max_prompt_tokens``,
+  ``rollout.max_new_tokens`` new): the key/value cache of the longest sequences, and the
+  larger of the prompt pass's transients (one decoder layer at a time) and a decoding step's;
+- **an update micro-batch** (``algo.micro_batch_tokens`` padded tokens, or the whole
+  minibatch): the gradients (an earlier micro-batch of the step made them), the activations
+  the backward pass reads (every layer's, or with ``model.gradient_checkpointing`` each
+  layer's input), and the larger of the response logits and the backward pass's transients.
+
+Activations are counted per token and layer from the tensors a Llama / Qwen2 layer keeps for
+its backward pass; attention as a fused kernel (no scores kept) where the device runs one.
+``benchmarks/memory_plan.py`` checks the plan against measured peaks (docs/benchmarks.md).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from training.local.schema import ConfigError, TrainConfig
+
+GIB = 2**30
+#: The share of the plan added before comparing it with the free memory: the caching
+#: allocator's fragmentation and what the plan does not count (Python, tokenizers, envs).
+HEADROOM = 0.10
+#: Bytes always left free besides (CUDA's workspaces; on a CPU, the process itself).
+RESERVE = GIB
+_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """What the plan reads of a causal LM (Llama / Qwen2 / Mistral layout)."""
+
+    hidden: int
+    intermediate: int
+    layers: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    vocab: int
+    parameters: int
+    """Every weight of the causal LM."""
+    trainable: int
+    """The weights the policy trains (``model.trainable_layers``)."""
+    body: int
+    """The decoder without its output head: PPO's critic's body."""
+
+
+def model_shape(config: TrainConfig, path: Path | None = None) -> ModelShape:
+    """The :class:`ModelShape` of the run's model, from its config alone: the model is built
+    on PyTorch's meta device, where weights take no memory, to count them.
+
+    Args:
+        path: the model directory (default: ``model.name_or_path``, the packaged SmolLM2, or
+            for ``tiny-random`` the config its settings make).
+    """
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from training.local.model import limit_trainable_layers
+
+    m = config.model
+    if path is None and m.name_or_path == "tiny-random":
+        from training.local.tiny_model import TAG_TOKENS, tiny_model_config
+
+        vocab = m.tiny_vocab_size + len(TAG_TOKENS)  # the tokenizer's length at most
+        hf = tiny_model_config(m.tiny_hidden_size, m.tiny_layers, vocab)
+    else:
+        if path is None:
+            from training.local.model import resolve_model_path
+
+            path = resolve_model_path(m, Path(config.run.out))
+        hf = AutoConfig.from_pretrained(str(path), local_files_only=True)
+    text = hf.get_text_config(decoder=True) if hasattr(hf, "get_text_config") else hf
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(hf)
+    parameters = sum(p.numel() for p in model.parameters())
+    limit_trainable_layers(model, m.trainable_layers)
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    head = model.get_output_embeddings()
+    tied = head is not None and head.weight is model.get_input_embeddings().weight
+    body = parameters - (0 if tied or head is None else head.weight.numel())
+    heads = text.num_attention_heads
+    return ModelShape(
+        hidden=text.hidden_size,
+        intermediate=text.intermediate_size,
+        layers=text.num_hidden_layers,
+        heads=heads,
+        kv_heads=getattr(text, "num_key_value_heads", None) or heads,
+        head_dim=getattr(text, "head_dim", None) or text.hidden_size // heads,
+        vocab=text.vocab_size,
+        parameters=parameters,
+        trainable=trainable,
+        body=body,
+    )
+
+
+@dataclass
+class MemoryPlan:
+    """A run's planned peak memory, in bytes, by part (see the module doc)."""
+
+    device: str
+    sizes: dict[str, Any]
+    resident: dict[str, int] = field(default_factory=dict)
+    generation: dict[str, int] = field(default_factory=dict)
+    update: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def generation_peak(self) -> int:
+        return sum(self.resident.values()) + sum(self.generation.values())
+
+    @property
+    def update_peak(self) -> int:
+        return sum(self.resident.values()) + sum(self.update.values())
+
+    @property
+    def peak(self) -> int:
+        return max(self.generation_peak, self.update_peak)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The plan as JSON-able data (bytes), with the two peaks and the overall one."""
+        return {
+            "device": self.device,
+            "sizes": self.sizes,
+            "resident": self.resident,
+            "generation": self.generation,
+            "update": self.update,
+            "generation_peak": self.generation_peak,
+            "update_peak": self.update_peak,
+            "peak": self.peak,
+        }
+
+    def lines(self) -> list[str]:
+        """The plan as a table a person reads."""
+        out = [f"memory plan on {self.device}:"]
+        out.append("  sizes: " + ", ".join(f"{k} {v}" for k, v in self.sizes.items()))
+        for title, part, peak in (
+            ("resident", self.resident, None),
+            ("generation", self.generation, self.generation_peak),
+            ("update micro-batch", self.update, self.update_peak),
+        ):
+            items = ", ".join(f"{k} {_size(v)}" for k, v in part.items() if v)
+            total = f" -> peak {_size(peak)}" if peak is not None else ""
+            out.append(f"  {title}: {items or '-'}{total}")
+        out.append(f"  peak: {_size(self.peak)}")
+        return out
+
+
+def _size(count: int) -> str:
+    """Bytes in GiB (MiB under one GiB)."""
+    return f"{count / GIB:.2f} GiB" if count >= GIB else f"{count / 2**20:.1f} MiB"
+
+
+def plan_memory(config: TrainConfig, shape: ModelShape, prompt_tokens: int) -> MemoryPlan:
+    """The :class:`MemoryPlan` of ``config`` for a model of ``shape``, prompts of up to
+    ``prompt_tokens`` tokens (``rollout.max_prompt_tokens`` where set)."""
+    m, a = config.model, config.algo
+    device = m.device
+    compute = _compute_dtype(config)
+    w = _BYTES[m.dtype]
+    c = 2 if compute == "bfloat16" else 4
+    autocast = c == 2 and w == 4
+    ppo = a.estimator == "ppo"
+    new = config.rollout.max_new_tokens
+    rows = config.env.num_groups * config.env.group_size
+    rows = max(rows, config.eval.groups) if config.eval.every else rows  # evaluation's batch
+    length = prompt_tokens + new
+    micro = max(1, min(a.minibatch_size, a.micro_batch_tokens // length))
+    if not a.micro_batch_tokens:
+        micro = a.minibatch_size
+    sizes = {
+        "generation_rows": rows,
+        "prompt_tokens": prompt_tokens,
+        "new_tokens": new,
+        "micro_batch_rows": micro,
+        "micro_batch_tokens": micro * length,
+        "compute": compute,
+        "weights": m.dtype,
+    }
+    plan = MemoryPlan(device, sizes)
+    s = shape
+    trainable = s.trainable + (s.body + s.hidden + 1 if ppo else 0)
+    plan.resident = {
+        "policy": s.parameters * w,
+        "reference": s.parameters * w if a.kl_coef > 0 else 0,
+        "critic": (s.body + s.hidden + 1) * w if ppo else 0,
+        "optimizer": 2 * trainable * w,
+        "autocast_copies": s.trainable * 2 if autocast else 0,
+    }
+    kv = s.layers * 2 * s.kv_heads * s.head_dim * c  # bytes a token of cache
+    plan.generation = {
+        "kv_cache": rows * length * kv,
+        # the prompt pass (the cache holds the prompts only) or a decoding step (all of it)
+        "transient": max(
+            _prefill(s, rows, prompt_tokens, c)
+            + _scores(s, rows, prompt_tokens, device, compute)
+            - rows * new * kv,
+            _decode_step(s, rows),
+        ),
+    }
+    tokens = micro * length
+    per_layer = _layer_activations(s, c, autocast)
+    scores = s.layers * _scores(s, micro, length, device, compute)
+    logits = _logits(s, micro * new)
+    backward = tokens * _backward(s, c)
+    if m.gradient_checkpointing:  # each layer's input; one layer's recomputed in turn
+        kept = s.layers * tokens * s.hidden * 4 + _mask(micro, length)
+        transient = max(logits, tokens * per_layer + scores // s.layers + backward)
+    else:
+        kept = s.layers * tokens * per_layer + scores + _mask(micro, length)
+        transient = max(logits, backward)
+    # The gradients of a minibatch's earlier micro-batches are there all along.
+    plan.update = {"gradients": trainable * w, "activations": kept, "transient": transient}
+    return plan
+
+
+def run_plan(config: TrainConfig, model_dir: Path | None) -> MemoryPlan:
+    """The plan of a run: the model's shape from ``model_dir`` (None: from the config alone,
+    :func:`model_shape`), prompts of ``rollout.max_prompt_tokens``, or where that is 0 of
+    the first prompt's length (counted with the model's tokenizer; uncapped prompts with a
+    history grow past it: ``sizes["prompt_source"]`` says which)."""
+    prompt = config.rollout.max_prompt_tokens
+    source = "rollout.max_prompt_tokens"
+    if not prompt:
+        if model_dir is None:
+            raise ValueError("an uncapped prompt is counted with the model directory's tokenizer")
+        prompt = first_prompt_tokens(config, model_dir)
+        source = "the first prompt (rollout.max_prompt_tokens 0: no cap; later ones may be longer)"
+    plan = plan_memory(config, model_shape(config, model_dir), prompt)
+    plan.sizes["prompt_source"] = source
+    return plan
+
+
+def first_prompt_tokens(config: TrainConfig, model_dir: Path) -> int:
+    """Tokens of the longest first prompt of the run's first group (seed ``run.seed``)."""
+    from training.local.model import load_tokenizer
+    from training.local.play import config_envs
+    from training.local.rollout import render_prompts
+
+    tokenizer = load_tokenizer(model_dir)
+    envs = config_envs(config, 1, min(config.env.group_size, 2))
+    try:
+        _, infos = envs.reset(seed=config.run.seed)
+        prompts = render_prompts(tokenizer, [list(m) for m in infos["messages"]],
+                                 config.rollout.response_prefix)  # fmt: skip
+    finally:
+        envs.close()
+    return max(len(p) for p in prompts)
+
+
+def _compute_dtype(config: TrainConfig) -> str:
+    """The run's compute dtype on its device; ``auto`` on a CUDA device this machine does
+    not have (a dry run planning for a GPU elsewhere) is bfloat16, as on GPUs since Ampere."""
+    import torch
+
+    from training.local.precision import resolve_compute_dtype
+
+    setting, device = config.model.compute_dtype, config.model.device
+    if setting == "auto" and device.startswith("cuda") and not torch.cuda.is_available():
+        return "bfloat16"
+    return resolve_compute_dtype(setting, device)[0]
+
+
+def _layer_activations(s: ModelShape, c: int, autocast: bool) -> int:
+    """Bytes a decoder layer keeps for its backward pass, per token: two RMSNorms (float32
+    input and normalised output each), the projections' inputs (the norms' float32
+    outputs; under autocast a bfloat16 copy for each of q, k, v, gate and up), the rotated
+    q and k, v, the attention's output and the output projection's input, and the MLP's
+    gate, up, activation and product."""
+    h, i, kv = s.hidden, s.intermediate, s.kv_heads * s.head_dim
+    norms = 2 * 2 * h * 4
+    inputs = 2 * h * 4 + ((3 + 2) * h * c if autocast else 0)
+    attention = c * (2 * h + 2 * kv) + c * h
+    mlp = 4 * i * c
+    return norms + inputs + attention + mlp
+
+
+def _scores(s: ModelShape, rows: int, length: int, device: str, compute: str) -> int:
+    """Bytes of a layer's attention scores where they are materialised: on a CPU under
+    bfloat16, while they are small (:data:`training.local.attention.SCORES_LIMIT`
+    elements: the float32 softmax and its bfloat16 copy). Elsewhere a fused kernel
+    (flash or memory-efficient) keeps none."""
+    from training.local.attention import SCORES_LIMIT
+
+    elements = rows * s.heads * length * length
+    if device == "cpu" and compute == "bfloat16" and elements <= SCORES_LIMIT:
+        return elements * (4 + 2)
+    return 0
+
+
+def _prefill(s: ModelShape, rows: int, prompt: int, c: int) -> int:
+    """The prompt pass's transients, one decoder layer at a time: the float32 residual
+    stream and norm, the MLP's intermediates; and the attention mask."""
+    return rows * prompt * (3 * s.hidden * 4 + 3 * s.intermediate * c) + _mask(rows, prompt)
+
+
+def _decode_step(s: ModelShape, rows: int) -> int:
+    """A decoding step's transients: a few float32 copies of its (rows, V) logits (the
+    model's, transformers' copy, the temperature's, the softmax, the recorded log-probs)."""
+    return 5 * rows * s.vocab * 4
+
+
+def _logits(s: ModelShape, response_tokens: int) -> int:
+    """The update's float32 (response tokens, V) tensors, three at once (the log-softmax
+    kept for the backward pass with the logits and the entropy's exp, or the two
+    gradients), and the head's input."""
+    return response_tokens * (3 * s.vocab * 4 + s.hidden * 4)
+
+
+def _backward(s: ModelShape, c: int) -> int:
+    """A layer's backward transients per token beyond its activations (which it frees as
+    it goes): a gradient of the MLP's width and one of the float32 residual stream."""
+    return s.intermediate * c + s.hidden * 4
+
+
+def _mask(rows: int, length: int) -> int:
+    """The attention mask of a padded batch: (rows, 1, length, length) booleans, built
+    once a forward pass and read by every layer (and kept for the backward pass)."""
+    return rows * length * length
+
+
+def free_memory(device: str) -> int | None:
+    """Bytes the device has free now: CUDA's free memory, a CPU's available memory
+    (``MemAvailable``), or None where it cannot be read (MPS, no ``/proc/meminfo``)."""
+    if device.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            return None
+        index = int(device.partition(":")[2] or 0)
+        return int(torch.cuda.mem_get_info(index)[0])
+    if device == "cpu":
+        try:
+            text = Path("/proc/meminfo").read_text()
+        except OSError:
+            return None
+        for line in text.splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    return None
+
+
+def check_fits(plan: MemoryPlan, free: int | None) -> None:
+    """Raises :class:`ConfigError` when ``plan`` (with :data:`HEADROOM` and :data:`RESERVE`)
+    needs more than ``free`` bytes, naming the settings that shrink its larger peak."""
+    if free is None:
+        return
+    need = math.ceil(plan.peak * (1 + HEADROOM)) + RESERVE
+    if need <= free:
+        return
+    if plan.update_peak >= plan.generation_peak:
+        which = "an update micro-batch"
+        fix = (
+            "lower algo.micro_batch_tokens (or algo.minibatch_size), set "
+            "model.gradient_checkpointing: true, or shorten rollout.max_prompt_tokens / "
+            "rollout.max_new_tokens"
+        )
+    else:
+        which = "generation"
+        fix = (
+            "play fewer envs at once (env.num_groups x env.group_size, eval.groups), or "
+            "shorten rollout.max_prompt_tokens / rollout.max_new_tokens"
+        )
+    resident = sum(plan.resident.values())
+    raise ConfigError(
+        f"the run does not fit {plan.device}: its memory plan peaks at {_size(plan.peak)} in "
+        f"{which} ({_size(resident)} resident: weights, reference, optimizer), {_size(need)} "
+        f"with headroom, and {_size(free)} is free: {fix}; or make the resident part smaller "
+        "(model.dtype, "
+        "model.trainable_layers, algo.kl_coef: 0 drops the reference). See the plan: "
+        "gigpo-train --dry-run"
+    )
+
+
+def environ_free_override() -> int | None:
+    """``$GIGPO_FREE_MEMORY_GIB`` as bytes, when set: the free memory to plan against in
+    place of the device's (a dry run for another machine, a test)."""
+    value = os.environ.get("GIGPO_FREE_MEMORY_GIB")
+    if not value:
+        return None
+    try:
+        gib = float(value)
+    except ValueError:
+        raise ConfigError(
+            f"$GIGPO_FREE_MEMORY_GIB must be a number of GiB, got {value!r}"
+        ) from None
+    if not (math.isfinite(gib) and gib > 0):
+        raise ConfigError(f"$GIGPO_FREE_MEMORY_GIB must be a number > 0, got {value!r}")
+    return int(gib * GIB)
