@@ -18,6 +18,7 @@ if ! python3 -c "import gymnasium" 2>/dev/null; then
     export PYTHONPATH=/tmp/gigpo-site${PYTHONPATH:+:$PYTHONPATH}
 fi
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
-jsonl=()
-[ -n "${OUT:-}" ] && jsonl=(--jsonl "$OUT/gpu_check.jsonl")
-exec python3 benchmarks/gpu_check.py "${jsonl[@]}" "$@"
+if [ -n "${OUT:-}" ]; then
+    exec python3 benchmarks/gpu_check.py --jsonl "$OUT/gpu_check.jsonl" "$@"
+fi
+exec python3 benchmarks/gpu_check.py "$@"

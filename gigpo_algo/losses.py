@@ -9,6 +9,7 @@ graph; no value is synchronised. Without one, the result is float64 numpy.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from gigpo_algo._arrays import to_native
@@ -301,11 +302,16 @@ def aggregate_loss(
     """
     kind, (x, mask) = to_native(loss=loss, response_mask=response_mask)
     _same_shapes(loss=x, response_mask=mask)
-    total = _denominator(kind, mask, mode, norm_length)
-    if denominator is not None:
-        if isinstance(denominator, bool) or not float(denominator) > 0:
+    if denominator is None:
+        total = _denominator(kind, mask, mode, norm_length)
+    else:
+        _denominator_args(mode, norm_length)
+        try:
+            total = float(denominator)
+        except (TypeError, ValueError):
+            total = math.nan
+        if isinstance(denominator, bool) or not total > 0:
             raise ValueError(f"denominator must be a number > 0, got {denominator!r}")
-        total = float(denominator)
     xp = kind.xp
     one = kind.asarray(1.0)
     masked = x * mask
@@ -335,13 +341,18 @@ def loss_denominator(
     return float(_denominator(kind, mask, mode, norm_length))
 
 
-def _denominator(kind: Any, mask: Any, mode: str, norm_length: int | None) -> Any:
-    """:func:`loss_denominator`'s value, left as an array or tensor (no synchronisation)."""
-    batch, length = _same_shapes(response_mask=mask)
+def _denominator_args(mode: str, norm_length: int | None) -> None:
+    """Raises ValueError, naming the argument, for a mode or a norm_length no call can use."""
     if mode not in AGGREGATIONS:
         raise ValueError(f"mode must be one of {AGGREGATIONS}, got {mode!r}")
     if norm_length is not None and (isinstance(norm_length, bool) or not norm_length > 0):
         raise ValueError(f"norm_length must be a positive int, got {norm_length!r}")
+
+
+def _denominator(kind: Any, mask: Any, mode: str, norm_length: int | None) -> Any:
+    """:func:`loss_denominator`'s value, left as an array or tensor (no synchronisation)."""
+    batch, length = _same_shapes(response_mask=mask)
+    _denominator_args(mode, norm_length)
     xp = kind.xp
     one = kind.asarray(1.0)
     if mode == "token-mean":

@@ -268,6 +268,6 @@ def test_loss_denominators_count_what_each_mode_divides_by():
     assert loss_denominator(mask, mode="seq-mean-token-sum-norm") == 12.0
     assert loss_denominator(mask, mode="seq-mean-token-sum-norm", norm_length=10) == 30.0
     assert loss_denominator(np.zeros((2, 3))) == 1.0
-    for bad in (0, -1.0, True, float("nan")):
+    for bad in (0, -1.0, True, float("nan"), "two", [3]):
         with pytest.raises(ValueError, match="denominator"):
             aggregate_loss(np.ones((1, 2)), np.ones((1, 2)), denominator=bad)

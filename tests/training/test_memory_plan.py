@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from doc_blocks import code_blocks
 
 from training.local.config import ConfigError, load_config
 from training.local.memory import GIB, ModelShape, check_fits, plan_memory
@@ -69,7 +70,16 @@ def test_each_setting_moves_the_part_it_should(tmp_path):
     bf16 = plan_memory(_config(*base, "--model.compute_dtype=bfloat16", tmp_path=tmp_path),
                        QWEN15, 1024)  # fmt: skip
     assert bf16.resident["autocast_copies"] == 2 * QWEN15.trainable
-    assert bf16.generation["kv_cache"] * 2 == whole.generation["kv_cache"]
+    # float32 keys (the rotary embedding follows the float32 residual), bfloat16 values
+    assert bf16.generation["kv_cache"] * 8 == whole.generation["kv_cache"] * 6
+    static = plan_memory(_config(*base, "--rollout.cache=static", "--eval.every=0",
+                                 tmp_path=tmp_path), QWEN15, 1024)  # fmt: skip
+    assert static.resident["static_cache"] == whole.generation["kv_cache"]  # kept all run
+    assert static.generation["kv_cache"] == 0 and static.update_peak > whole.update_peak
+    # held-out evaluation's rows keep a cache of their own shape
+    evaluated = plan_memory(_config(*base, "--rollout.cache=static", "--eval.every=2",
+                                    "--eval.groups=4", tmp_path=tmp_path), QWEN15, 1024)  # fmt: skip
+    assert evaluated.resident["static_cache"] * 8 == static.resident["static_cache"] * 12
     ppo = plan_memory(_config(*base, "--algo.estimator=ppo", tmp_path=tmp_path), QWEN15, 1024)
     assert ppo.resident["critic"] > 0 and ppo.resident["optimizer"] > whole.resident["optimizer"]
 
@@ -128,6 +138,9 @@ def test_the_papers_alfworld_config_plans_to_fit_one_80_gb_gpu(
     check_fits_80 = plan["peak"] * 1.1 + GIB
     assert check_fits_80 < 79 * GIB, plan["peak"] / GIB
     assert "unknown here" in printed and not (tmp_path / "run").exists()
+    # docs/training.md prints this plan: it is the plan
+    (documented,) = code_blocks("docs/training.md", "One GPU at the paper's scale", "text")
+    assert documented.splitlines() == printed.splitlines()[: len(documented.splitlines())]
     monkeypatch.setenv("GIGPO_FREE_MEMORY_GIB", "79")
     assert main(args) == 0
     assert "fits: peak" in capsys.readouterr().out
@@ -175,14 +188,17 @@ def test_the_new_settings_are_checked_at_load(override, match):
 
 
 def test_bad_free_memory_overrides_are_named(monkeypatch):
-    from training.local.memory import environ_free_override
+    from training.local.memory import free_memory
 
-    for bad in ("lots", "-3", "nan"):
+    for bad in ("lots", "-3", "nan", "inf"):
         monkeypatch.setenv("GIGPO_FREE_MEMORY_GIB", bad)
         with pytest.raises(ConfigError, match="GIGPO_FREE_MEMORY_GIB"):
-            environ_free_override()
+            free_memory("cpu")
     monkeypatch.setenv("GIGPO_FREE_MEMORY_GIB", "1.5")
-    assert environ_free_override() == int(1.5 * GIB)
+    assert free_memory("cuda") == int(1.5 * GIB)
+    monkeypatch.delenv("GIGPO_FREE_MEMORY_GIB")
+    assert free_memory("cuda:0") is None  # no GPU here
+    assert free_memory("cpu") > 0
 
 
 def test_the_shape_read_from_a_model_directory_is_the_hand_count(tmp_path):

@@ -156,3 +156,15 @@ def test_gradient_checkpointing_changes_no_step(tiny_model_dir, played):
     assert checkpointing(kept) and not checkpointing(plain)
     torch.testing.assert_close(_weights(kept), _weights(plain), atol=1e-6, rtol=1e-5)
     assert kept_stats["loss"] == pytest.approx(plain_stats["loss"], rel=1e-5)
+
+
+def test_checkpointing_keeps_frozen_layers_out_of_the_backward_pass(tiny_model_dir):
+    """model.trainable_layers stops the backward pass early; checkpointing keeps it so."""
+    from training.local.model import limit_trainable_layers
+
+    model = load_model(tiny_model_dir, "float32")
+    limit_trainable_layers(model, 1)
+    enable_checkpointing(model)
+    model.train()
+    embedded = model.get_input_embeddings()(torch.tensor([[5, 6, 7]]))
+    assert not embedded.requires_grad

@@ -203,8 +203,8 @@ def test_the_static_cache_keeps_one_shape_and_the_log_probs(model_and_tokenizer)
     torch.manual_seed(0)
     ids, log_probs = generate(model, tok, prompts, max_new_tokens=8, temperature=1.0,
                               cache="static", rows=8, cache_length=40)  # fmt: skip
-    cache = model.gigpo_static_cache
-    assert cache[0] == (8, 40)
+    ((shape, cache),) = model.gigpo_static_caches.items()
+    assert shape == (8, 40)
     records = StepRecords(prompt_ids=prompts, response_ids=ids, old_log_probs=log_probs)
     batch = make_batch(records, np.arange(5), np.zeros(5), tok.pad_token_id)
     with torch.no_grad():
@@ -214,7 +214,12 @@ def test_the_static_cache_keeps_one_shape_and_the_log_probs(model_and_tokenizer)
     # fewer live rows, the same shape: the same cache, emptied
     generate(model, tok, prompts[:2], max_new_tokens=8, temperature=1.0, cache="static",
              rows=8, cache_length=40)  # fmt: skip
-    assert model.gigpo_static_cache[1] is cache[1]
+    assert model.gigpo_static_caches == {(8, 40): cache}
+    # the padding rows are done from the first step: they never prolong a turn
+    from training.local.decoding import RowsDone
+
+    done = RowsDone(2)(torch.zeros((4, 3), dtype=torch.long), None)
+    assert done.tolist() == [False, False, True, True]
     with pytest.raises(ValueError, match="cache_length"):
         generate(model, tok, prompts, max_new_tokens=20, temperature=1.0, cache="static",
                  rows=8, cache_length=40)  # fmt: skip

@@ -60,22 +60,17 @@ def main(argv: list[str] | None = None) -> int:
 def dry_run(config: TrainConfig) -> int:
     """Prints the memory plan (a table, then one JSON line) and whether it fits the free
     memory of ``model.device`` (when this machine has it, or ``$GIGPO_FREE_MEMORY_GIB``);
-    loads no weights and writes nothing. Returns 0, or 1 when the plan does not fit.
+    loads no weights and writes nothing. Returns 0.
 
     Raises:
-        ConfigError: it does not fit (the message names the settings to change).
+        ConfigError: it does not fit (the message names the settings to change; the command
+            exits 2 with it).
     """
     import json
     import tempfile
     from pathlib import Path
 
-    from training.local.memory import (
-        GIB,
-        check_fits,
-        environ_free_override,
-        free_memory,
-        run_plan,
-    )
+    from training.local.memory import GIB, check_fits, free_memory, run_plan
     from training.local.model import resolve_model_path
 
     m = config.model
@@ -87,7 +82,7 @@ def dry_run(config: TrainConfig) -> int:
         plan = run_plan(config, model_dir)
     print("\n".join(plan.lines()))
     print(json.dumps(plan.to_dict()))
-    free = environ_free_override() or free_memory(m.device)
+    free = free_memory(m.device)
     if free is None:
         print(f"free memory of {m.device}: unknown here (not this machine's device); the "
               "plan is checked again when the run starts")  # fmt: skip

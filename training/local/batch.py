@@ -186,7 +186,14 @@ def token_log_probs(
     seen = width - 1 - prefix - start if start else width - prefix  # head positions a row
     kept = row * seen + (column - prefix - start)
     with response_positions_only(model, kept):
-        logits = model(input_ids=batch.input_ids[:, prefix:], **kwargs).logits[0]  # (K, V)
+        logits = model(input_ids=batch.input_ids[:, prefix:], **kwargs).logits
+    if tuple(logits.shape[:2]) != (1, len(kept)):
+        raise ValueError(
+            f"{type(model).__name__}'s forward did not project through its output head "
+            "(get_output_embeddings()), so its response positions could not be chosen; "
+            f"expected logits of shape (1, {len(kept)}, V), got {tuple(logits.shape)}"
+        )
+    logits = logits[0]  # (K, V)
     logits = logits.float()
     if temperature != 1.0:
         logits = logits / temperature

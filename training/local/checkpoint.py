@@ -216,12 +216,13 @@ def load_checkpoint(
             load_weights(critic, directory / "critic.safetensors")
             critic_optimizer.load_state_dict(read_torch(directory / "critic_optimizer.pt"))
         rng = rng_from_json(state["rng"])
+        problems = restore_device_rngs(rng)  # first: a malformed one fails before any is set
     except Exception as exc:  # corrupt files, another model: say which checkpoint
         raise RuntimeError(f"cannot resume from {directory}: {exc}") from exc
     random.setstate(rng["python"])
     np.random.set_state(rng["numpy"])  # noqa: NPY002
     torch.set_rng_state(rng["torch"])
-    for message in restore_device_rngs(rng):
+    for message in problems:
         warnings.warn(f"resuming from {directory}: {message}", RuntimeWarning, stacklevel=2)
     generator.bit_generator.state = rng["generator"]
     return int(state["iteration"])

@@ -27,6 +27,7 @@ import numpy as np
 from gigpo_algo.losses import aggregate_loss, loss_denominator, value_loss
 from training.advantages import Advantages
 from training.local.batch import TokenBatch, make_batch, micro_batches
+from training.local.metrics import read_stats
 from training.local.precision import compute
 from training.local.prefix import cache_kwarg, prefix_cache
 from training.local.schema import AlgoConfig
@@ -268,16 +269,14 @@ def critic_step(
             per_token = value_loss(values, old, returns, value_clip=clip)
             loss = aggregate_loss(per_token, mask, denominator=tokens)
         loss.backward()
-        total += float(loss.detach())
+        total = total + loss.detach()  # summed on the device, read once below
         with torch.no_grad():
             moved = ((values - old).abs() > clip).float()
-        moved_share += float(aggregate_loss(moved, mask, denominator=tokens))
+        moved_share = moved_share + aggregate_loss(moved, mask, denominator=tokens)
     trainable = [p for p in critic.parameters() if p.requires_grad]
     grad_norm = torch.nn.utils.clip_grad_norm_(trainable, max_grad_norm)
     optimizer.step()
     critic.eval()
-    return {
-        "value_loss": total,
-        "value_clip_frac": moved_share,
-        "critic_grad_norm": float(grad_norm),
-    }
+    return read_stats(
+        {"value_loss": total, "value_clip_frac": moved_share, "critic_grad_norm": grad_norm}
+    )

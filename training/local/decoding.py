@@ -7,26 +7,27 @@ held at a time, never every step's (``output_logits=True`` kept ``rows x new tok
 vocabulary`` floats: 37 GiB more than a bare ``generate`` at 128 x 512 new tokens of
 Qwen2.5's 151,936-token vocabulary).
 
+The sampler draws from ``softmax(logits / temperature)`` cut by top-p / top-k and nothing
+else: a model's own ``generation_config.json`` (Qwen2.5-Instruct ships a repetition penalty
+of 1.1, top-k 20 and top-p 0.8) is set aside for the call (:func:`plain_generation_config`),
+so that the policy samples what it trains on.
+
 ``cache="static"`` decodes into a preallocated key/value cache of a fixed shape (``rows`` x
-``cache_length``) that transformers compiles its decoding step for on a GPU on first use;
-the shape is the same every call of a run, so it compiles once (docs/training.md, "The
+``cache_length``) that transformers compiles its decoding step for on an accelerator on first
+use; every call of that shape reuses it, so it compiles once a shape (docs/training.md, "The
 static cache").
 """
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 __all__ = ["CACHES", "ChosenLogProbs", "eos_ids", "generate", "stop_length"]
 
 #: The settings of ``rollout.cache``.
 CACHES = ("dynamic", "static")
-
-#: Generation settings a model's own ``generation_config.json`` may set that reshape the
-#: sampling distribution before the temperature (a repetition penalty: Qwen2.5-Instruct
-#: ships 1.1): pinned to their neutral values, so that the trainer samples from exactly
-#: the policy it trains, ``softmax(logits / temperature)`` cut by top-p / top-k.
-NEUTRAL_SAMPLING = {"repetition_penalty": 1.0, "no_repeat_ngram_size": 0, "min_new_tokens": 0}
 
 
 def generate(
@@ -86,7 +87,7 @@ def generate(
                 f"cache_length={cache_length} cannot hold a prompt of {longest} tokens and "
                 f"{max_new_tokens} new ones (rollout.max_prompt_tokens + rollout.max_new_tokens)"
             )
-        prompts = list(prompts) + [prompts[0]] * (rows - count)
+        prompts = list(prompts) + [prompts[0]] * (rows - count)  # dropped after
         share_prefix = False
     eos = eos_ids(model, tokenizer)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos[0]
@@ -104,7 +105,7 @@ def generate(
     sample = temperature > 0
     scale = temperature if sample else 1.0
     recorder = ChosenLogProbs(scale)
-    kwargs: dict[str, Any] = {"do_sample": sample, **NEUTRAL_SAMPLING}
+    kwargs: dict[str, Any] = {"do_sample": sample}
     if prefix:
         with torch.no_grad():
             kwargs[cache_kwarg(model)] = prefix_cache(model, prompts[0][:prefix], len(prompts))
@@ -114,7 +115,9 @@ def generate(
         kwargs.update(temperature=temperature, top_p=top_p, top_k=top_k)
     if stop_text:
         kwargs.update(stop_strings=[stop_text], tokenizer=tokenizer)
-    with torch.no_grad():
+    if len(prompts) > count:  # the padding rows end at once: they never prolong a turn
+        kwargs["stopping_criteria"] = [RowsDone(count)]
+    with torch.no_grad(), plain_generation_config(model):
         sequences = model.generate(
             input_ids=input_ids.to(model.device),
             attention_mask=attention.to(model.device),
@@ -145,7 +148,7 @@ class ChosenLogProbs:
 
     transformers calls its logits processors with the ids so far and the next token's raw
     float32 logits, shape (B, V), before its own temperature and top-p / top-k warpers
-    (ours is the only other processor: :data:`NEUTRAL_SAMPLING`). The token sampled from
+    (there is no other processor: :func:`plain_generation_config`). The token sampled from
     step t's logits is the last column of the ids at step t + 1, so each call takes the
     previous step's log-softmax row at that token and keeps only the current step's
     log-softmax: memory (B, V), whatever the number of steps. :meth:`finish` takes the last
@@ -180,20 +183,49 @@ class ChosenLogProbs:
         return torch.stack(self.chosen[:steps], dim=1)
 
 
+class RowsDone:
+    """A stopping criterion: rows ``count`` and after are done from the first step (the
+    static cache's padding rows; transformers pads a done row and stops when all are)."""
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+
+    def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
+        import torch
+
+        return torch.arange(input_ids.shape[0], device=input_ids.device) >= self.count
+
+
+@contextlib.contextmanager
+def plain_generation_config(model: Any) -> Iterator[None]:
+    """While open, ``model.generation_config`` holds only the model's special token ids:
+    ``generate`` fills every setting a call leaves unset from it, so a shipped repetition
+    penalty, top-k, top-p, min-p, banned words, ... would otherwise reshape the sampling."""
+    from transformers import GenerationConfig
+
+    own = model.generation_config
+    ids = ("bos_token_id", "eos_token_id", "pad_token_id")
+    model.generation_config = GenerationConfig(**{name: getattr(own, name, None) for name in ids})
+    try:
+        yield
+    finally:
+        model.generation_config = own
+
+
 def static_cache(model: Any, rows: int, length: int) -> Any:
     """The model's static key/value cache for ``rows`` x ``length`` tokens, emptied: made on
-    first use and kept on the model (``model.gigpo_static_cache``), so that every call of
-    the same shape reuses one cache and one compiled decoding step."""
+    first use of that shape and kept on the model (``model.gigpo_static_caches``, one per
+    shape: the training envs', held-out evaluation's), so that every call of a shape reuses
+    one cache and one compiled decoding step."""
     from transformers import StaticCache
 
-    key = (rows, length)
-    held = getattr(model, "gigpo_static_cache", None)
-    if held is not None and held[0] == key:
-        held[1].reset()
-        return held[1]
-    made = StaticCache(config=model.config, max_cache_len=length)
-    model.gigpo_static_cache = (key, made)
-    return made
+    held = model.__dict__.setdefault("gigpo_static_caches", {})
+    cache = held.get((rows, length))
+    if cache is None:
+        cache = held[rows, length] = StaticCache(config=model.config, max_cache_len=length)
+    else:
+        cache.reset()
+    return cache
 
 
 def stop_length(tokenizer: Any, ids: list[int], stop_text: str) -> int:

@@ -21,6 +21,7 @@ its backward pass; attention as a fused kernel (no scores kept) where the device
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from dataclasses import dataclass, field
@@ -130,16 +131,8 @@ class MemoryPlan:
 
     def to_dict(self) -> dict[str, Any]:
         """The plan as JSON-able data (bytes), with the two peaks and the overall one."""
-        return {
-            "device": self.device,
-            "sizes": self.sizes,
-            "resident": self.resident,
-            "generation": self.generation,
-            "update": self.update,
-            "generation_peak": self.generation_peak,
-            "update_peak": self.update_peak,
-            "peak": self.peak,
-        }
+        peaks = {"generation_peak": self.generation_peak, "update_peak": self.update_peak}
+        return dataclasses.asdict(self) | peaks | {"peak": self.peak}
 
     def lines(self) -> list[str]:
         """The plan as a table a person reads."""
@@ -198,17 +191,22 @@ def plan_memory(config: TrainConfig, shape: ModelShape, prompt_tokens: int) -> M
         "optimizer": 2 * trainable * w,
         "autocast_copies": s.trainable * 2 if autocast else 0,
     }
-    kv = s.layers * 2 * s.kv_heads * s.head_dim * c  # bytes a token of cache
-    plan.generation = {
-        "kv_cache": rows * length * kv,
-        # the prompt pass (the cache holds the prompts only) or a decoding step (all of it)
-        "transient": max(
-            _prefill(s, rows, prompt_tokens, c)
-            + _scores(s, rows, prompt_tokens, device, compute)
-            - rows * new * kv,
-            _decode_step(s, rows),
-        ),
-    }
+    # Bytes a token of cache: under autocast over float32 weights the keys are float32 (the
+    # rotary embedding follows the float32 residual stream), the values bfloat16.
+    kv = s.layers * s.kv_heads * s.head_dim * ((4 if autocast else c) + c)
+    cache = rows * length * kv
+    prompt_pass = _prefill(s, rows, prompt_tokens, c) + _scores(
+        s, rows, prompt_tokens, device, compute
+    )
+    if config.rollout.cache == "static":  # allocated whole once, and kept the whole run
+        evaluation = config.eval.groups if config.eval.every else 0
+        plan.resident["static_cache"] = (
+            (config.env.num_groups * config.env.group_size + evaluation) * length * kv
+        )
+        plan.generation = {"kv_cache": 0, "transient": max(prompt_pass, _decode_step(s, rows))}
+    else:  # the prompt pass (the cache holds the prompts only) or a decoding step (all of it)
+        transient = max(prompt_pass - rows * new * kv, _decode_step(s, rows))
+        plan.generation = {"kv_cache": cache, "transient": transient}
     tokens = micro * length
     per_layer = _layer_activations(s, c, autocast)
     scores = s.layers * _scores(s, micro, length, device, compute)
@@ -331,15 +329,28 @@ def _mask(rows: int, length: int) -> int:
 
 
 def free_memory(device: str) -> int | None:
-    """Bytes the device has free now: CUDA's free memory, a CPU's available memory
-    (``MemAvailable``), or None where it cannot be read (MPS, no ``/proc/meminfo``)."""
+    """Bytes free to plan against: ``$GIGPO_FREE_MEMORY_GIB`` when set (a dry run for
+    another machine, a test), else the device's: CUDA's free memory, a CPU's available
+    memory (``MemAvailable``), or None where it cannot be read (MPS, no ``/proc/meminfo``).
+
+    Raises:
+        ConfigError: ``$GIGPO_FREE_MEMORY_GIB`` is not a number of GiB > 0.
+    """
+    value = os.environ.get("GIGPO_FREE_MEMORY_GIB")
+    if value:
+        try:
+            gib = float(value)
+        except ValueError:
+            gib = math.nan
+        if not (math.isfinite(gib) and gib > 0):
+            raise ConfigError(f"$GIGPO_FREE_MEMORY_GIB must be a number of GiB > 0, got {value!r}")
+        return int(gib * GIB)
     if device.startswith("cuda"):
         import torch
 
         if not torch.cuda.is_available():
             return None
-        index = int(device.partition(":")[2] or 0)
-        return int(torch.cuda.mem_get_info(index)[0])
+        return int(torch.cuda.mem_get_info(int(device.partition(":")[2] or 0))[0])
     if device == "cpu":
         try:
             text = Path("/proc/meminfo").read_text()
@@ -377,24 +388,6 @@ def check_fits(plan: MemoryPlan, free: int | None) -> None:
         f"the run does not fit {plan.device}: its memory plan peaks at {_size(plan.peak)} in "
         f"{which} ({_size(resident)} resident: weights, reference, optimizer), {_size(need)} "
         f"with headroom, and {_size(free)} is free: {fix}; or make the resident part smaller "
-        "(model.dtype, "
-        "model.trainable_layers, algo.kl_coef: 0 drops the reference). See the plan: "
-        "gigpo-train --dry-run"
+        "(model.dtype, model.trainable_layers, algo.kl_coef: 0 drops the reference). See the "
+        "plan: gigpo-train --dry-run"
     )
-
-
-def environ_free_override() -> int | None:
-    """``$GIGPO_FREE_MEMORY_GIB`` as bytes, when set: the free memory to plan against in
-    place of the device's (a dry run for another machine, a test)."""
-    value = os.environ.get("GIGPO_FREE_MEMORY_GIB")
-    if not value:
-        return None
-    try:
-        gib = float(value)
-    except ValueError:
-        raise ConfigError(
-            f"$GIGPO_FREE_MEMORY_GIB must be a number of GiB, got {value!r}"
-        ) from None
-    if not (math.isfinite(gib) and gib > 0):
-        raise ConfigError(f"$GIGPO_FREE_MEMORY_GIB must be a number > 0, got {value!r}")
-    return int(gib * GIB)

@@ -149,3 +149,16 @@ def plot_curves(runs: dict[str, list[dict[str, Any]]], path: str | Path) -> Path
     atomic_write_bytes(path, buffer.getvalue())
     plt.close(fig)
     return path
+
+
+def read_stats(stats: dict[str, Any]) -> dict[str, float]:
+    """0-d tensors (and numbers) as Python floats, read from the device at once (one wait,
+    not one a statistic)."""
+    import torch
+
+    names = list(stats)
+    values = [torch.as_tensor(stats[n], dtype=torch.float32).reshape(()) for n in names]
+    if not values:
+        return {}
+    device = values[0].device
+    return dict(zip(names, torch.stack([v.to(device) for v in values]).tolist(), strict=True))

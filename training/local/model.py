@@ -106,6 +106,11 @@ def enable_checkpointing(network: Any) -> None:
         network.activation_checkpointing_enable(activation_checkpointing_kwargs=options)
     else:
         network.gradient_checkpointing_enable(gradient_checkpointing_kwargs=options)
+    # transformers 5.2x also makes the embeddings' output require a gradient (what reentrant
+    # checkpointing needs): with frozen layers, the backward pass would then run through
+    # them. Non-reentrant checkpointing needs no such input.
+    if getattr(network, "_require_grads_hook", None) is not None:
+        network.disable_input_require_grads()
 
 
 def checkpointing(network: Any) -> bool:

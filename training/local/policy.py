@@ -32,6 +32,7 @@ from training.local.batch import (
     token_log_probs,
 )
 from training.local.critic import PPOTargets, critic_step
+from training.local.metrics import read_stats
 from training.local.model import checkpointing
 from training.local.precision import compute
 from training.local.schema import AlgoConfig
@@ -49,8 +50,10 @@ def policy_loss(
     algo: AlgoConfig,
     entropy: Any = None,
     denominators: Denominators | None = None,
-) -> tuple[Any, dict[str, float]]:
-    """The scalar loss of one batch and its statistics (clip fraction, KL, ratio, entropy).
+) -> tuple[Any, dict[str, Any]]:
+    """The scalar loss of one batch and its statistics (clip fraction, KL, ratio, entropy)
+    as 0-d tensors on the batch's device (read them once a step: each read waits for the
+    device).
 
     ``entropy`` (B, L - 1), when given, is logged and, weighted by ``algo.entropy_coef``,
     subtracted from the loss. ``denominators``: when the batch is one micro-batch of a
@@ -87,15 +90,15 @@ def policy_loss(
             clip_low=algo.clip_low,
             clip_high=algo.clip_high,
         )
-    stats: dict[str, float] = {}
+    stats: dict[str, Any] = {}
     if ref_log_probs is not None and algo.kl_coef > 0:
         kl = kl_penalty(log_probs, ref_log_probs, estimator=algo.kl_estimator)
         per_token = per_token + algo.kl_coef * kl
-        stats["kl"] = float(aggregate_loss(kl.detach(), mask, denominator=tokens))
+        stats["kl"] = aggregate_loss(kl.detach(), mask, denominator=tokens)
     loss = aggregate_loss(per_token, mask, mode=algo.loss_agg, denominator=denominators.loss)
     if entropy is not None:
         mean_entropy = aggregate_loss(entropy, mask, denominator=tokens)
-        stats["entropy"] = float(mean_entropy.detach())
+        stats["entropy"] = mean_entropy.detach()
         if algo.entropy_coef > 0:
             loss = loss - algo.entropy_coef * mean_entropy
     with torch.no_grad():
@@ -104,8 +107,10 @@ def policy_loss(
             log_ratio = sequence_log_ratio(log_probs, batch.old_log_probs, mask)[:, None] * mask
         ratio = torch.exp(log_ratio)
         clipped = ((ratio < 1 - algo.clip_low) | (ratio > 1 + algo.clip_high)).float()
-        stats["clip_frac"] = float(aggregate_loss(clipped, mask, denominator=tokens))
-        stats["ratio_max"] = float((ratio * mask).max()) if mask.any() else 1.0
+        stats["clip_frac"] = aggregate_loss(clipped, mask, denominator=tokens)
+        response = mask.bool()  # the largest ratio of a response token (1 with none)
+        stats["ratio_max"] = torch.where(response, ratio, ratio.new_zeros(())).amax()
+        stats["ratio_max"] = torch.where(response.any(), stats["ratio_max"], 1.0)
     return loss, stats
 
 
@@ -282,12 +287,12 @@ def policy_update(
                     gap.take(batch, log_probs.detach())
                 loss, part = policy_loss(log_probs, batch, ref_lp, algo, entropy, whole)
             loss.backward()
-            part["loss"] = float(loss.detach())
+            part["loss"] = loss.detach()
             _accumulate(stats, part)
         trainable = [p for p in model.parameters() if p.requires_grad]
-        grad_norm = torch.nn.utils.clip_grad_norm_(trainable, max_grad_norm)
+        stats["grad_norm"] = torch.nn.utils.clip_grad_norm_(trainable, max_grad_norm)
         optimizer.step()
-        stats.update(grad_norm=float(grad_norm), micro_batches=float(len(batches)))
+        stats = read_stats(stats) | {"micro_batches": float(len(batches))}
         if critic is not None:
             stats.update(critic_step(critic, critic_optimizer, batches, algo, max_grad_norm,
                                      compute_dtype, whole.tokens))  # fmt: skip
@@ -303,14 +308,18 @@ def policy_update(
     return means | (gap.stats() if gap is not None else {})
 
 
-def _accumulate(total: dict[str, float], part: dict[str, float]) -> None:
-    """Adds one micro-batch's statistics into its minibatch's: shares sum, maxima take the
-    larger (``ratio_max``)."""
+def _accumulate(total: dict[str, Any], part: dict[str, Any]) -> None:
+    """Adds one micro-batch's statistics (0-d tensors) into its minibatch's, on the device:
+    shares sum, maxima take the larger (``ratio_max``)."""
+    import torch
+
     for name, value in part.items():
-        if name.endswith("_max"):
-            total[name] = max(total.get(name, value), value)
+        if name not in total:
+            total[name] = value
+        elif name.endswith("_max"):
+            total[name] = torch.maximum(total[name], value)
         else:
-            total[name] = total.get(name, 0.0) + value
+            total[name] = total[name] + value
 
 
 def check_finite(model: Any, critic: Any, iteration: int) -> None:

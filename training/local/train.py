@@ -24,7 +24,7 @@ from training.local.allocator import keep_freed_memory
 from training.local.checkpoint import load_checkpoint, save_checkpoint
 from training.local.checks import validate
 from training.local.critic import ppo_targets
-from training.local.memory import check_fits, environ_free_override, free_memory, run_plan
+from training.local.memory import check_fits, free_memory, run_plan
 from training.local.metrics import MetricsLog, iteration_row, plot_curves, read_metrics
 from training.local.model import (
     learning_rate,
@@ -76,7 +76,7 @@ def train(config: TrainConfig) -> list[dict[str, Any]]:
     # The memory plan, before any weight loads: a run that cannot fit stops here.
     plan = run_plan(config, resolve_model_path(config.model, out))
     print("\n".join(plan.lines()), file=sys.stderr)
-    check_fits(plan, environ_free_override() or free_memory(config.model.device))
+    check_fits(plan, free_memory(config.model.device))
     _seed_everything(config.run.seed)
     generator = np.random.default_rng(config.run.seed)
     models = load_models(config, out)
