@@ -77,8 +77,9 @@ def test_each_setting_moves_the_part_it_should(tmp_path):
     assert static.resident["static_cache"] == whole.generation["kv_cache"]  # kept all run
     assert static.generation["kv_cache"] == 0 and static.update_peak > whole.update_peak
     # held-out evaluation's rows keep a cache of their own shape
-    evaluated = plan_memory(_config(*base, "--rollout.cache=static", "--eval.every=2",
-                                    "--eval.groups=4", tmp_path=tmp_path), QWEN15, 1024)  # fmt: skip
+    with_eval = _config(*base, "--rollout.cache=static", "--eval.every=2", "--eval.groups=4",
+                        tmp_path=tmp_path)  # fmt: skip
+    evaluated = plan_memory(with_eval, QWEN15, 1024)
     assert evaluated.resident["static_cache"] * 8 == static.resident["static_cache"] * 12
     ppo = plan_memory(_config(*base, "--algo.estimator=ppo", tmp_path=tmp_path), QWEN15, 1024)
     assert ppo.resident["critic"] > 0 and ppo.resident["optimizer"] > whole.resident["optimizer"]
