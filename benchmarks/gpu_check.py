@@ -162,18 +162,29 @@ def _random_prompts(tokenizer, rows: int, length: int, seed: int = 0) -> list[li
             for _ in range(rows)]  # fmt: skip
 
 
+def _generation_inputs(size: dict, model_dir: Path) -> tuple:
+    """The tokenizer, the model in bfloat16 on the device, and the random prompts of the
+    generation parts."""
+    from training.local.model import load_model, load_tokenizer
+
+    tok = load_tokenizer(model_dir)
+    model = load_model(model_dir, "bfloat16", trainable=False, device=size["device"])
+    return tok, model, _random_prompts(tok, size["gen_rows"], size["gen_prompt"])
+
+
 def part_generate(size: dict, model_dir: Path) -> None:
     import torch
 
     from training.local.decoding import generate
     from training.local.memory import model_shape, plan_memory
-    from training.local.model import load_model, load_tokenizer
 
-    device, rows = size["device"], size["gen_rows"]
-    prompt, new = size["gen_prompt"], size["gen_new"]
-    tok = load_tokenizer(model_dir)
-    model = load_model(model_dir, "bfloat16", trainable=False, device=device)
-    prompts = _random_prompts(tok, rows, prompt)
+    device, rows, prompt, new = (
+        size["device"],
+        size["gen_rows"],
+        size["gen_prompt"],
+        size["gen_new"],
+    )
+    tok, model, prompts = _generation_inputs(size, model_dir)
     with tempfile.TemporaryDirectory() as tmp:
         config = _config(size, model_dir, Path(tmp), "--model.dtype=bfloat16",
                          f"--env.num_groups={rows // 2}", "--env.group_size=2",
@@ -225,13 +236,14 @@ def part_static(size: dict, model_dir: Path) -> None:
     import torch
 
     from training.local.decoding import generate
-    from training.local.model import load_model, load_tokenizer
 
-    device, rows = size["device"], size["gen_rows"]
-    prompt, new = size["gen_prompt"], size["gen_new"]
-    tok = load_tokenizer(model_dir)
-    model = load_model(model_dir, "bfloat16", trainable=False, device=device)
-    prompts = _random_prompts(tok, rows, prompt)
+    device, rows, prompt, new = (
+        size["device"],
+        size["gen_rows"],
+        size["gen_prompt"],
+        size["gen_new"],
+    )
+    tok, model, prompts = _generation_inputs(size, model_dir)
 
     def graphs() -> int:
         from torch._dynamo.utils import counters
