@@ -162,6 +162,11 @@ def _random_prompts(tokenizer, rows: int, length: int, seed: int = 0) -> list[li
             for _ in range(rows)]  # fmt: skip
 
 
+def _generation_sizes(size: dict) -> tuple[int, int, int]:
+    """Rows, prompt tokens and new tokens of the generation parts."""
+    return size["gen_rows"], size["gen_prompt"], size["gen_new"]
+
+
 def _generation_inputs(size: dict, model_dir: Path) -> tuple:
     """The tokenizer, the model in bfloat16 on the device, and the random prompts of the
     generation parts."""
@@ -178,12 +183,7 @@ def part_generate(size: dict, model_dir: Path) -> None:
     from training.local.decoding import generate
     from training.local.memory import model_shape, plan_memory
 
-    device, rows, prompt, new = (
-        size["device"],
-        size["gen_rows"],
-        size["gen_prompt"],
-        size["gen_new"],
-    )
+    device, (rows, prompt, new) = size["device"], _generation_sizes(size)
     tok, model, prompts = _generation_inputs(size, model_dir)
     with tempfile.TemporaryDirectory() as tmp:
         config = _config(size, model_dir, Path(tmp), "--model.dtype=bfloat16",
@@ -237,12 +237,7 @@ def part_static(size: dict, model_dir: Path) -> None:
 
     from training.local.decoding import generate
 
-    device, rows, prompt, new = (
-        size["device"],
-        size["gen_rows"],
-        size["gen_prompt"],
-        size["gen_new"],
-    )
+    device, (rows, prompt, new) = size["device"], _generation_sizes(size)
     tok, model, prompts = _generation_inputs(size, model_dir)
 
     def graphs() -> int:
