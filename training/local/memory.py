@@ -166,12 +166,13 @@ def plan_memory(config: TrainConfig, shape: ModelShape, prompt_tokens: int) -> M
     autocast = c == 2 and w == 4
     ppo = a.estimator == "ppo"
     new = config.rollout.max_new_tokens
-    rows = config.env.num_groups * config.env.group_size
-    rows = max(rows, config.eval.groups) if config.eval.every else rows  # evaluation's batch
+    envs = config.env.num_groups * config.env.group_size
+    evaluation = config.eval.groups if config.eval.every else 0  # its own batch of rows
+    rows = max(envs, evaluation)
     length = prompt_tokens + new
-    micro = max(1, min(a.minibatch_size, a.micro_batch_tokens // length))
-    if not a.micro_batch_tokens:
-        micro = a.minibatch_size
+    micro = a.minibatch_size
+    if a.micro_batch_tokens:
+        micro = max(1, min(micro, a.micro_batch_tokens // length))
     sizes = {
         "generation_rows": rows,
         "prompt_tokens": prompt_tokens,
@@ -194,19 +195,15 @@ def plan_memory(config: TrainConfig, shape: ModelShape, prompt_tokens: int) -> M
     # Bytes a token of cache: under autocast over float32 weights the keys are float32 (the
     # rotary embedding follows the float32 residual stream), the values bfloat16.
     kv = s.layers * s.kv_heads * s.head_dim * ((4 if autocast else c) + c)
-    cache = rows * length * kv
     prompt_pass = _prefill(s, rows, prompt_tokens, c) + _scores(
         s, rows, prompt_tokens, device, compute
     )
-    if config.rollout.cache == "static":  # allocated whole once, and kept the whole run
-        evaluation = config.eval.groups if config.eval.every else 0
-        plan.resident["static_cache"] = (
-            (config.env.num_groups * config.env.group_size + evaluation) * length * kv
-        )
+    if config.rollout.cache == "static":  # allocated whole once a shape, kept the whole run
+        plan.resident["static_cache"] = (envs + evaluation) * length * kv
         plan.generation = {"kv_cache": 0, "transient": max(prompt_pass, _decode_step(s, rows))}
     else:  # the prompt pass (the cache holds the prompts only) or a decoding step (all of it)
         transient = max(prompt_pass - rows * new * kv, _decode_step(s, rows))
-        plan.generation = {"kv_cache": cache, "transient": transient}
+        plan.generation = {"kv_cache": rows * length * kv, "transient": transient}
     tokens = micro * length
     per_layer = _layer_activations(s, c, autocast)
     scores = s.layers * _scores(s, micro, length, device, compute)

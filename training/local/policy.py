@@ -244,6 +244,7 @@ def policy_update(
     token_targets = None if critic_targets is None else critic_targets.token_targets()
     uses = collections.Counter(id(rows) for rows in plan)  # a minibatch's steps still to run
     parts = {id(rows): micro_batches(records, rows, algo.micro_batch_tokens) for rows in plan}
+    wholes = {id(rows): minibatch_denominators(records, rows, algo.loss_agg) for rows in plan}
 
     def make(rows: np.ndarray) -> list[TokenBatch]:
         return [make_batch(records, part, advantages, pad_id, model.device,
@@ -270,7 +271,7 @@ def policy_update(
             kept[key] = batches
         else:
             kept.pop(key, None)
-        whole = minibatch_denominators(records, rows, algo.loss_agg)
+        whole = wholes[key]
         optimizer.zero_grad(set_to_none=True)
         stats: dict[str, float] = {}
         for batch in batches:

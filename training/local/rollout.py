@@ -112,10 +112,9 @@ def collect(
             :class:`PromptTooLongError` (the iteration is lost, the last checkpoint is not).
         cache: ``dynamic`` or ``static`` (see :func:`generate`; ``static`` needs
             ``max_prompt_tokens``: its cache holds ``num_envs`` rows of
-            ``max_prompt_tokens + max_new_tokens`` tokens, every turn the same shape).
+            ``max_prompt_tokens + max_new_tokens`` tokens, every turn the same shape;
+            :func:`generate` refuses a cache too short for a prompt).
     """
-    if cache == "static" and max_prompt_tokens < 1:
-        raise ValueError("rollout.cache=static needs rollout.max_prompt_tokens (its fixed shape)")
     num_envs = envs.num_envs
     records = StepRecords()
     returns = np.zeros(num_envs)
