@@ -3,8 +3,11 @@
 Modules:
 - :mod:`gigpo_algo.advantages`: GiGPO (episode + step level), discounted returns, and the
   GRPO-family baselines, GAE and the DAPO filter (re-exported from ``baselines``);
-- :mod:`gigpo_algo.estimators`: GiGPO, GRPO and RLOO over step records from one episode
-  score, by name (``estimator_advantages``);
+- :mod:`gigpo_algo.hgpo`, :mod:`gigpo_algo.graphgpo`: GiGPO's successors from its authors,
+  HGPO (a hierarchy of groups by shared history) and GraphGPO (returns from each state's
+  distance to the goal in the group's state graph);
+- :mod:`gigpo_algo.estimators`: GiGPO, HGPO, GraphGPO, GRPO and RLOO over step records from
+  one episode score, by name (``estimator_advantages``);
 - :mod:`gigpo_algo.grouping`: anchor-state grouping (exact and similarity);
 - :mod:`gigpo_algo.tokens`: per-step values onto response tokens;
 - :mod:`gigpo_algo.baselines`: also ``turn_gae``, multi-turn PPO's GAE over step records;
@@ -39,6 +42,8 @@ from gigpo_algo.estimators import (
     grpo_advantages,
     rloo_advantages,
 )
+from gigpo_algo.graphgpo import GraphGPOResult, graphgpo_advantages
+from gigpo_algo.hgpo import HGPOResult, hgpo_advantages
 from gigpo_algo.losses import (
     aggregate_loss,
     entropy_from_logits,
@@ -54,6 +59,8 @@ __all__ = [
     "ESTIMATORS",
     "ESTIMATOR_SETTINGS",
     "GiGPOResult",
+    "GraphGPOResult",
+    "HGPOResult",
     "aggregate_loss",
     "anchor_groups",
     "broadcast_to_tokens",
@@ -67,9 +74,11 @@ __all__ = [
     "filter_zero_advantage_groups",
     "gae",
     "gigpo_advantages",
+    "graphgpo_advantages",
     "grpo",
     "grpo_advantages",
     "gspo_loss",
+    "hgpo_advantages",
     "kl_penalty",
     "loss_denominator",
     "ppo_clip_loss",

@@ -32,6 +32,7 @@ def normalize_in_groups(
     *,
     weights: np.ndarray | None = None,
     own: np.ndarray | None = None,
+    ddof: int = 1,
 ) -> np.ndarray:
     """Relative advantage of each row's value against its group.
 
@@ -49,6 +50,8 @@ def normalize_in_groups(
         weights: float64, shape (N,), > 0; the members of a group number ``sum(weights)``.
         own: float64, shape (N,): the weighted mean value of the member that row i belongs
             to, left out of its own baseline under ``"loo"`` (default ``values``).
+        ddof: the std's divisor is ``members - ddof``: 1 unbiased (``torch.std``), 0 the
+            population std (HGPO's clusters).
 
     Returns:
         float64, shape (N,). Rows of a group with fewer than two members get 0.
@@ -80,7 +83,7 @@ def normalize_in_groups(
         if norm == "mean_std":
             sq = out * out if weights is None else out * out * weights
             var = np.bincount(codes, weights=sq, minlength=num_groups) / np.maximum(
-                counts - 1.0, 1.0
+                counts - float(ddof), 1.0
             )
             denom = np.sqrt(var)[codes] + eps
             # A group with all values equal has out == 0 exactly; keep 0/0 at 0.

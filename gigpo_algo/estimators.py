@@ -1,9 +1,11 @@
 """Every estimator the trainers offer, over the same step records and the same episode score.
 
-GRPO and RLOO are GiGPO without its step level: ``grpo_advantages(...)`` equals
+GiGPO, its successors HGPO (:mod:`gigpo_algo.hgpo`) and GraphGPO (:mod:`gigpo_algo.graphgpo`),
+GRPO and RLOO. GRPO and RLOO are GiGPO without its step level: ``grpo_advantages(...)`` equals
 ``gigpo_advantages(..., step_weight=0)`` row for row (same ``norm``, ``episode_stats`` and
 invalid-action penalty), and ``rloo_advantages`` is the same with ``norm="loo"``. All three
-read the episode score from :func:`gigpo_algo.advantages.episode_level`, so a comparison
+read the episode score from :func:`gigpo_algo.advantages.episode_level` (HGPO and GraphGPO
+too, for their episode advantage and the returns' invalid-action penalty), so a comparison
 between them changes one thing only: the step-level term.
 
 :func:`estimator_advantages` picks one by name and refuses settings that the chosen estimator
@@ -26,7 +28,9 @@ from gigpo_algo.advantages import (
     episode_level,
     gigpo_advantages,
 )
+from gigpo_algo.graphgpo import GraphGPOResult, graphgpo_advantages
 from gigpo_algo.grouping import METRICS
+from gigpo_algo.hgpo import FAMILY_NORMS, HGPOResult, check_history_length, hgpo_advantages
 
 __all__ = [
     "ESTIMATORS",
@@ -40,7 +44,7 @@ __all__ = [
 ]
 
 #: The estimators, by name.
-ESTIMATORS = ("gigpo", "grpo", "rloo")
+ESTIMATORS = ("gigpo", "grpo", "rloo", "hgpo", "graphgpo")
 #: Every setting some estimator reads, as a trainer exposes it (``eps`` aside): the names of
 #: the local trainer's ``algo.*`` fields and of the OpenRLHF launcher's ``--algo.gigpo.*``.
 SETTINGS = (
@@ -51,12 +55,20 @@ SETTINGS = (
     "similarity",
     "similarity_metric",
     "invalid_penalty",
+    "history_length",
+    "length_alpha",
+    "base_group",
+    "normalize_distance",
+    "episode_weight",
 )
-#: The settings each estimator reads (keyword names of :func:`gigpo_advantages`).
+_SHARED = ("gamma", "norm", "episode_stats", "similarity", "similarity_metric", "invalid_penalty")
+#: The settings each estimator reads (keyword names of its function).
 ESTIMATOR_SETTINGS: dict[str, tuple[str, ...]] = {
-    "gigpo": (*SETTINGS, "eps"),
+    "gigpo": (*_SHARED[:1], "step_weight", *_SHARED[1:], "eps"),
     "grpo": ("norm", "episode_stats", "invalid_penalty", "eps"),
     "rloo": ("episode_stats", "invalid_penalty", "eps"),
+    "hgpo": (*_SHARED, "history_length", "length_alpha", "base_group", "eps"),
+    "graphgpo": (*_SHARED, "step_weight", "normalize_distance", "episode_weight", "eps"),
 }
 
 
@@ -97,7 +109,22 @@ def check_settings(
         value = settings.get(name)
         if value is not None and value not in allowed:
             raise ValueError(f"{prefix}{name} must be one of {allowed}, got {value!r}")
-    for name in ("gamma", "similarity", "step_weight", "invalid_penalty"):
+    if estimator in ("hgpo", "graphgpo") and settings.get("norm") not in (None, *FAMILY_NORMS):
+        raise ValueError(
+            f"{prefix}norm={settings['norm']!r} is not defined for {estimator_name}="
+            f"{estimator!r}; use one of {FAMILY_NORMS}"
+        )
+    for name in ("base_group", "normalize_distance"):
+        value = settings.get(name)
+        if value is not None and not isinstance(value, bool):
+            raise ValueError(f"{prefix}{name} must be true or false, got {value!r}")
+    if settings.get("history_length") is not None:
+        try:
+            check_history_length(settings["history_length"])
+        except ValueError as exc:
+            raise ValueError(f"{prefix}{exc}") from None
+    for name in ("gamma", "similarity", "step_weight", "invalid_penalty", "length_alpha",
+                 "episode_weight"):  # fmt: skip
         value = settings.get(name)
         if value is not None and (
             isinstance(value, bool)
@@ -119,6 +146,8 @@ def check_settings(
             raise ValueError(f"{prefix}similarity_metric='embedding': {exc}") from None
     if settings.get("similarity_metric") is not None and similarity is None:
         raise ValueError(f"{prefix}similarity_metric needs {prefix}similarity (a threshold)")
+    if (settings.get("length_alpha") or 0.0) < 0:
+        raise ValueError(f"{prefix}length_alpha must be >= 0, got {settings['length_alpha']}")
     if (settings.get("invalid_penalty") or 0.0) < 0:
         raise ValueError(f"{prefix}invalid_penalty must be >= 0, got {settings['invalid_penalty']}")
 
@@ -231,39 +260,62 @@ def estimator_advantages(
     *,
     is_action_valid: Any = None,
     step_group_ids: Any = None,
+    next_anchors: Any = None,
+    success: Any = None,
     **settings: Any,
-) -> GiGPOResult:
+) -> GiGPOResult | HGPOResult | GraphGPOResult:
     """The advantages of estimator ``estimator`` (one of ``ESTIMATORS``) for step records.
 
     Args:
-        estimator: ``"gigpo"``, ``"grpo"`` or ``"rloo"``.
+        estimator: ``"gigpo"``, ``"grpo"``, ``"rloo"``, ``"hgpo"`` or ``"graphgpo"``.
         rewards, traj_ids, group_ids, is_action_valid: as in :func:`gigpo_advantages`.
-        anchors: shape (N,): needed by ``"gigpo"`` only (keys, or state texts with
+        anchors: shape (N,): needed by gigpo, hgpo and graphgpo (keys, or state texts with
             ``similarity``); ignored otherwise.
+        step_group_ids: shape (N,), or None: step groups already formed from ``anchors``
+            (see :func:`gigpo_advantages`); read by gigpo and hgpo (graphgpo forms its own
+            exact-anchor step groups, and merges similar states in its graph only).
+        next_anchors: shape (N,): the state each row led to; graphgpo only (needed there).
+        success: bool, shape (N,), or None; graphgpo only (see :func:`graphgpo_advantages`).
         **settings: keyword arguments of the estimator; a value of None means "the
             estimator's default". A setting the estimator does not read (not in
             ``ESTIMATOR_SETTINGS[estimator]``) raises, rather than being ignored.
-        step_group_ids: shape (N,), or None: step groups already formed from ``anchors``
-            (see :func:`gigpo_advantages`); read by ``"gigpo"`` only.
 
     Returns:
-        :class:`GiGPOResult`.
+        :class:`GiGPOResult` (gigpo, grpo, rloo), :class:`~gigpo_algo.hgpo.HGPOResult` or
+        :class:`~gigpo_algo.graphgpo.GraphGPOResult`; every one has ``advantages``,
+        ``episode_advantages``, ``step_advantages``, ``returns`` and ``step_group_ids``.
 
     Raises:
         ValueError: unknown estimator, a setting it does not read, or a bad value.
     """
     given = {k: v for k, v in settings.items() if v is not None}
     check_settings(estimator, given)
-    if estimator == "gigpo":
+    if estimator != "graphgpo" and (next_anchors is not None or success is not None):
+        raise ValueError(f"next_anchors and success are read by graphgpo only, not {estimator!r}")
+    if estimator in ("gigpo", "hgpo"):
         if anchors is None and step_group_ids is None:
-            raise ValueError('estimator "gigpo" needs anchors')
-        return gigpo_advantages(
+            raise ValueError(f'estimator "{estimator}" needs anchors')
+        function = gigpo_advantages if estimator == "gigpo" else hgpo_advantages
+        return function(
             rewards,
             traj_ids,
             group_ids,
             anchors,
             is_action_valid=is_action_valid,
             step_group_ids=step_group_ids,
+            **given,
+        )
+    if estimator == "graphgpo":
+        if anchors is None or next_anchors is None:
+            raise ValueError('estimator "graphgpo" needs anchors and next_anchors')
+        return graphgpo_advantages(
+            rewards,
+            traj_ids,
+            group_ids,
+            anchors,
+            next_anchors,
+            is_action_valid=is_action_valid,
+            success=success,
             **given,
         )
     if estimator == "grpo":

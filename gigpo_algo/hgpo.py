@@ -1,0 +1,307 @@
+"""HGPO: a step's advantage from a hierarchy of groups, by how much history they share.
+
+GiGPO puts two steps of one episode group in one step group when they were taken from the
+same state. Two such steps may still have different histories in their prompts (the agent
+saw different earlier states), so their comparison mixes contexts. HGPO (Hierarchy-of-Groups
+Policy Optimization, verl-agent ``recipe/hgpo/core_hgpo.py``) puts a step in several groups at
+once: at level k = 1 the steps of its episode group taken from its state (GiGPO's step group),
+at level k = 2 those whose state *and* previous state match its own, ... up to
+``history_length + 1`` states. Each group of two or more normalises its members' discounted
+returns; a step's advantage is the weighted mean of its groups' advantages, level k weighing
+``(k + 1) ** length_alpha``, with the episode advantage as a level-0 group under
+``base_group``.
+
+Everything is vectorised: level k's group of a row is a code of (its level k-1 code, the
+state k-1 rows earlier in its trajectory), so the whole hierarchy costs K passes of
+``np.bincount`` over the rows.
+
+What the official code does, matched by default (docs/algorithm.md lists it):
+
+- a level's std is the population std (``unbiased=False``), the episode's the unbiased one;
+- a group of one member gives no item; an item whose advantage is exactly 0 is dropped from
+  the weighted mean (``drop_zero=False`` keeps it: a step at its group's mean is then pulled
+  toward 0 instead of losing that level's weight);
+- weights are divided by their sum plus ``eps``; no item gives 0;
+- the history is the earlier rows of the same trajectory: rows of a trajectory must be in time
+  order (they may be interleaved with other trajectories' rows).
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from gigpo_algo._arrays import check_eps, factorize_ints
+from gigpo_algo._grouped import combine_codes, normalize_in_groups
+from gigpo_algo.advantages import (
+    EpisodeLevel,
+    _check_finite,
+    _check_unit_interval,
+    _discounted_returns,
+    _given_step_groups,
+    episode_level,
+)
+from gigpo_algo.grouping import step_group_codes
+
+__all__ = [
+    "FAMILY_NORMS",
+    "HGPOResult",
+    "check_family_norm",
+    "family_episode_level",
+    "hgpo_advantages",
+    "trajectory_steps",
+]
+
+#: The ``norm`` values HGPO and GraphGPO define (verl-agent's mean_norm and mean_std_norm).
+FAMILY_NORMS = ("mean", "mean_std")
+
+
+class HGPOResult(NamedTuple):
+    """Output of :func:`hgpo_advantages`; N rows, K = ``history_length + 1`` levels."""
+
+    advantages: Any
+    """Shape (N,): the weighted mean of the row's items (its groups' advantages, and A_E
+    under ``base_group``); what the policy trains on."""
+    episode_advantages: Any
+    """Shape (N,): A_E, the row's episode score in its episode group (the level-0 item under
+    ``base_group``; reported either way)."""
+    step_advantages: Any
+    """Shape (N,): the weighted mean of the row's level k >= 1 items alone (equal to
+    ``advantages`` without ``base_group``)."""
+    returns: Any
+    """Shape (N,): the discounted return of each row, after the invalid-action penalty."""
+    step_group_ids: np.ndarray
+    """int64 (N,): the level-1 group of each row (GiGPO's step group)."""
+    level_group_ids: np.ndarray
+    """int64 (K, N): row k-1 holds each row's level-k group (numbered per level in order of
+    first appearance), -1 where the row has fewer than k states of history."""
+    level_sizes: np.ndarray
+    """int64 (K, N): the number of members of that group, 0 where there is none."""
+    level_advantages: np.ndarray
+    """float64 (K, N): the row's advantage in that group, NaN where the group has one member
+    or there is none (no item)."""
+
+
+def hgpo_advantages(
+    rewards: Any,
+    traj_ids: Any,
+    group_ids: Any,
+    anchors: Any = None,
+    *,
+    history_length: int = 2,
+    gamma: float = 0.95,
+    norm: str = "mean_std",
+    length_alpha: float = 1.0,
+    base_group: bool = False,
+    episode_stats: str = "trajectory",
+    similarity: float | None = None,
+    similarity_metric: str = "difflib",
+    is_action_valid: Any = None,
+    invalid_penalty: float = 0.0,
+    eps: float = 1e-6,
+    step_group_ids: Any = None,
+    drop_zero: bool = True,
+) -> HGPOResult:
+    """HGPO's advantage of every row.
+
+    Row i at step t of its trajectory, with states s_0..s_t, belongs at level k (1 <= k <=
+    min(history_length + 1, t + 1)) to the group of the rows of its episode group whose last
+    k states are (s_{t-k+1}, ..., s_t). With G the discounted returns, a group of n >= 2
+    gives each member ``a = G - mean`` (``norm="mean"``) or ``(G - mean) / (std + eps)``
+    (``"mean_std"``, population std). The row's advantage is
+    ``sum_k w_k a_k / (sum_k w_k + eps)`` over its items, ``w_k = (k + 1) ** length_alpha``;
+    under ``base_group`` A_E is one more item with k = 0 (weight 1).
+
+    Args:
+        rewards: float, shape (N,): the environment reward of each row.
+        traj_ids: shape (N,): trajectory of each row (numbered globally or within groups);
+            rows of a trajectory in time order.
+        group_ids: shape (N,): episode group of each row.
+        anchors: shape (N,): the state each row's action was taken from (keys; with
+            ``similarity``, texts), as for :func:`gigpo_algo.advantages.gigpo_advantages`.
+        history_length: earlier states a group may share (verl-agent: ``env.history_length``,
+            the prompt's history window); K = ``history_length + 1`` levels.
+        gamma: discount in [0, 1] of the returns (verl-agent: ``algorithm.gamma``).
+        norm: ``"mean_std"`` (verl-agent's mean_std_norm, the default) or ``"mean"``
+            (mean_norm), for the levels and the base group alike.
+        length_alpha: exponent >= 0 of the level weights (verl-agent: ``length_weight_alpha``;
+            0: every item weighs the same).
+        base_group: add A_E as a level-0 item.
+        episode_stats: ``"trajectory"`` (each trajectory counted once) or ``"step"``
+            (verl-agent: every row), for A_E.
+        similarity, similarity_metric: as for GiGPO: the states of a level's key are step
+            groups formed by similarity rather than exact anchors.
+        is_action_valid: bool, shape (N,), or None.
+        invalid_penalty: c >= 0 taken off an invalid row's return and episode score.
+        eps: added to every std and to the sum of the weights.
+        step_group_ids: shape (N,), or None: the step groups already formed (see
+            :func:`gigpo_algo.advantages.gigpo_advantages`); then ``anchors`` is not read.
+        drop_zero: drop items that are exactly 0 from the weighted mean (the official code);
+            False keeps them.
+
+    Returns:
+        :class:`HGPOResult`.
+
+    Raises:
+        ValueError: a malformed input, naming the argument.
+    """
+    ep = family_episode_level(
+        rewards, traj_ids, group_ids, norm, episode_stats, is_action_valid, invalid_penalty, eps
+    )
+    _check_unit_interval(gamma, "gamma")
+    check_history_length(history_length)
+    _check_finite(length_alpha, "length_alpha")
+    if length_alpha < 0:
+        raise ValueError(f"length_alpha must be >= 0, got {length_alpha!r}")
+    if not isinstance(base_group, bool | np.bool_):
+        raise ValueError(f"base_group must be a bool, got {base_group!r}")
+    if not isinstance(drop_zero, bool | np.bool_):
+        raise ValueError(f"drop_zero must be a bool, got {drop_zero!r}")
+    check_eps(eps)
+    if step_group_ids is None:
+        if anchors is None:
+            raise ValueError("hgpo_advantages needs anchors (or step_group_ids)")
+        states = step_group_codes(
+            anchors,
+            ep.groups,
+            ep.num_groups,
+            similarity,
+            similarity_metric,
+            metric_name="similarity_metric",
+        )
+    else:
+        states = _given_step_groups(step_group_ids, ep, similarity, similarity_metric)
+    n = len(ep.rewards)
+    returns = _discounted_returns(ep.rewards, ep.traj_codes, float(gamma)) - ep.penalties
+    levels = history_length + 1
+    level_ids = np.full((levels, n), -1, dtype=np.int64)
+    sizes = np.zeros((levels, n), dtype=np.int64)
+    level_adv = np.full((levels, n), np.nan)
+    prev = trajectory_steps(ep.traj_codes)[1]
+    key, num_keys = factorize_ints(states) if n else (states, 0)
+    member = np.arange(n)  # rows in this level; ``back`` is each one's oldest state's row
+    back = member.copy()
+    for k in range(levels):
+        if k:  # extend each window by the state one row further back
+            keep = prev[back] >= 0
+            member, back, key = member[keep], prev[back[keep]], key[keep]
+            if not len(member):
+                break
+            key, num_keys = combine_codes(key, num_keys, states[back], int(states.max()) + 1)
+        counts = np.bincount(key, minlength=num_keys)
+        level_ids[k, member] = key
+        sizes[k, member] = counts[key]
+        a = normalize_in_groups(returns[member], key, num_keys, norm, float(eps), ddof=0)
+        level_adv[k, member] = np.where(counts[key] >= 2, a, np.nan)
+    weights = (np.arange(1, levels + 1, dtype=np.float64) + 1.0) ** float(length_alpha)
+    step_only = _weighted_mean(level_adv, weights, drop_zero, float(eps))
+    if base_group:
+        items = np.vstack([ep.advantages[None, :], level_adv])
+        w = np.concatenate([[1.0], weights])
+        advantages = _weighted_mean(items, w, drop_zero, float(eps))
+    else:
+        advantages = step_only
+    wrap = ep.kind.wrap
+    return HGPOResult(
+        advantages=wrap(advantages),
+        episode_advantages=wrap(ep.advantages),
+        step_advantages=wrap(step_only),
+        returns=wrap(returns),
+        step_group_ids=states,
+        level_group_ids=level_ids,
+        level_sizes=sizes,
+        level_advantages=level_adv,
+    )
+
+
+def family_episode_level(
+    rewards: Any,
+    traj_ids: Any,
+    group_ids: Any,
+    norm: str,
+    episode_stats: str,
+    is_action_valid: Any,
+    invalid_penalty: float,
+    eps: float,
+) -> EpisodeLevel:
+    """:func:`~gigpo_algo.advantages.episode_level` as HGPO and GraphGPO read it.
+
+    One difference, under ``episode_stats="step"`` (verl-agent's statistics) only: an episode
+    group of a single row gets verl-agent's value, its score (``norm="mean"``) or its score
+    / (1 + eps) (``"mean_std"``), where ``episode_level`` gives 0. Under ``"trajectory"`` a
+    lone member gets 0, as for GiGPO.
+    """
+    check_family_norm(norm)
+    ep = episode_level(
+        rewards,
+        traj_ids,
+        group_ids,
+        norm=norm,
+        episode_stats=episode_stats,
+        is_action_valid=is_action_valid,
+        invalid_penalty=invalid_penalty,
+        eps=eps,
+    )
+    if episode_stats != "step" or not len(ep.groups):
+        return ep
+    lone = (np.bincount(ep.groups, minlength=ep.num_groups) == 1)[ep.groups]
+    if not lone.any():
+        return ep
+    scale = 1.0 if norm == "mean" else 1.0 / (1.0 + float(eps))
+    advantages = np.where(lone, ep.scores * scale, ep.advantages)
+    return ep._replace(advantages=advantages)
+
+
+def _weighted_mean(items: np.ndarray, weights: np.ndarray, drop_zero: bool, eps: float) -> Any:
+    """``sum_k w_k a_k / (sum_k w_k + eps)`` per column over the items present (not NaN;
+    not 0 under ``drop_zero``); 0 where none is. items (K, N), weights (K,)."""
+    present = ~np.isnan(items)
+    if drop_zero:
+        present &= items != 0.0
+    w = np.where(present, weights[:, None], 0.0)
+    total = w.sum(axis=0)
+    num = (w * np.where(present, items, 0.0)).sum(axis=0)
+    return np.where(total > 0, num / (total + eps), 0.0)
+
+
+def trajectory_steps(traj_codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's step index in its trajectory and the row of its previous step.
+
+    Args:
+        traj_codes: int64 (N,): the trajectory of each row; a trajectory's rows in time order.
+
+    Returns:
+        ``(step, prev)``, int64 (N,) each: ``step[i]`` counts the trajectory's rows before
+        row i; ``prev[i]`` is the row of the step before, -1 for a first step.
+    """
+    n = len(traj_codes)
+    order = np.argsort(traj_codes, kind="stable")
+    sorted_codes = traj_codes[order]
+    starts = np.ones(n, dtype=bool)
+    starts[1:] = sorted_codes[1:] != sorted_codes[:-1]
+    run_start = np.maximum.accumulate(np.where(starts, np.arange(n), 0)) if n else order
+    step = np.empty(n, dtype=np.int64)
+    step[order] = np.arange(n) - run_start
+    prev = np.full(n, -1, dtype=np.int64)
+    prev[order[1:][~starts[1:]]] = order[:-1][~starts[1:]]
+    return step, prev
+
+
+def check_family_norm(norm: str) -> None:
+    """Raises ValueError unless ``norm`` is one HGPO and GraphGPO define."""
+    if norm == "loo":
+        raise ValueError(
+            "norm='loo' is not defined for HGPO or GraphGPO (their groups normalise returns "
+            f"by the group's mean, or mean and std); use one of {FAMILY_NORMS}"
+        )
+    if norm not in FAMILY_NORMS:
+        raise ValueError(f"norm must be one of {FAMILY_NORMS}, got {norm!r}")
+
+
+def check_history_length(history_length: Any) -> None:
+    """Raises ValueError unless ``history_length`` is an int >= 0."""
+    if isinstance(history_length, bool) or not isinstance(history_length, int | np.integer):
+        raise ValueError(f"history_length must be an int >= 0, got {history_length!r}")
+    if history_length < 0:
+        raise ValueError(f"history_length must be >= 0, got {history_length!r}")
