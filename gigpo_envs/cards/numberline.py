@@ -39,15 +39,28 @@ _ALIASES = {
 class NumberLineEnv(TextEnv):
     """Move from the start position to the target on the line ``0 .. max_position``.
 
-    Observation: ``"Target: t\\nCurrent: c"``. With ``words=True`` the two numbers are English
-    words (``"Target: seven\\nCurrent: three"``); with ``clock=True`` a third line
-    ``"Clock: HH:MM"`` follows.
+    Observation: ``"Target: t\\nCurrent: c"``. With ``words=True`` the numbers are English
+    words (``"Target: seven\\nCurrent: three"``); with ``traps > 0`` a line
+    ``"Traps: 2, 8"`` follows (``"Traps: none"`` when no cell could take a trap), then with
+    ``clock=True`` a line ``"Clock: HH:MM"``.
 
     Actions: ``+`` (right) and ``-`` (left); ``right``/``left`` also work.
 
     Rewards: +1 on reaching the target (terminates, ``info["won"]``); -1 for a step that does
     not bring the position closer (including pushing against either end of the line); 0 for
-    a step that does.
+    a step that does. A step onto a trap costs -1 too and ends the episode, lost.
+
+    Traps are dead ends: cells from which the target can no longer be reached. Each episode
+    places ``traps`` of them, drawn from the reset generator after the start, the target and
+    the clock (so the same seed deals the same walk with and without traps), uniformly among
+    the cells that are neither the start, nor the target, nor strictly between them: the
+    straight walk to the target never crosses one, and only a wrong step can fall into one.
+    Those cells number ``max_position - |target - start|``, which can be fewer than ``traps``
+    (none when start and target are the two ends of the line): then every one of them is a
+    trap. ``traps`` is therefore at most ``max_position - 1``, the most cells there can ever
+    be (start and target side by side). The traps are part of the state (key, text,
+    ``state_dict()``); without traps the state is exactly the one of an env without the
+    option.
 
     The clock is a detail that changes and does not matter: it never changes a reward, the end
     of an episode or the admissible actions, but it is part of the state (its key, its text,
@@ -75,6 +88,8 @@ class NumberLineEnv(TextEnv):
       max_steps: steps before truncation; defaults to ``2 * max_position``.
       words: write the target and the position as English words instead of digits.
       clock: add the ``"Clock: HH:MM"`` line described above.
+      traps: the number of trap cells an episode places (at most that many fit, see above);
+        an int in ``[0, max_position - 1]``.
       **kwargs: ``invalid_action_penalty``, ``action_parser``, ``render_mode``.
     """
 
@@ -88,6 +103,7 @@ class NumberLineEnv(TextEnv):
         *,
         words: bool = False,
         clock: bool = False,
+        traps: int = 0,
         invalid_action_penalty: float = 0.0,
         action_parser: ActionParser | None = None,
         render_mode: str | None = None,
@@ -95,6 +111,12 @@ class NumberLineEnv(TextEnv):
         max_position = check_int("max_position", max_position, 1, MAX_POSITION_LIMIT)
         words = check_bool("words", words)
         clock = check_bool("clock", clock)
+        traps = check_int("traps", traps, 0)
+        if traps > max_position - 1:
+            raise ValueError(
+                f"traps must be an int in [0, max_position - 1] = [0, {max_position - 1}] "
+                f"(the cells off the walk when start and target are side by side), got int {traps}"
+            )
         if words and max_position >= len(NUMBER_WORDS):
             raise ValueError(
                 f"max_position must be an int in [1, {len(NUMBER_WORDS) - 1}] with words=True "
@@ -109,8 +131,11 @@ class NumberLineEnv(TextEnv):
         self.max_position = max_position
         self.words = words
         self.clock = clock
+        self.traps = traps
         self.position = 0
         self.target = 0
+        #: The trap cells of this episode, ascending; empty without ``traps``.
+        self.trap_cells: tuple[int, ...] = ()
         #: Minutes after midnight shown by the clock; None without ``clock``.
         self.clock_time: int | None = None
 
@@ -121,6 +146,16 @@ class NumberLineEnv(TextEnv):
         self.target = (self.position + offset) % (self.max_position + 1)
         # Drawn last: the same seed deals the same walk with and without the clock.
         self.clock_time = int(rng.integers(MINUTES_PER_DAY)) if self.clock else None
+        self.trap_cells = self._draw_traps(rng) if self.traps else ()
+
+    def _draw_traps(self, rng: np.random.Generator) -> tuple[int, ...]:
+        """Draws the episode's traps, after everything else, among the cells off the walk."""
+        low, high = sorted((self.position, self.target))
+        free = [cell for cell in range(self.max_position + 1) if not low <= cell <= high]
+        if len(free) <= self.traps:
+            return tuple(free)  # no draw: every cell off the walk is a trap
+        chosen = rng.choice(len(free), size=self.traps, replace=False)
+        return tuple(sorted(free[int(index)] for index in chosen))
 
     def parse_game_action(self, action_text: str) -> str | None:
         return _ALIASES.get(action_text)
@@ -145,6 +180,8 @@ class NumberLineEnv(TextEnv):
         if after == 0:
             self._won = True
             return 1.0, True
+        if self.position in self.trap_cells:
+            return -1.0, True
         return (0.0 if after < before else -1.0), False
 
     def _advance_clock(self, action: str | None) -> None:
@@ -163,6 +200,9 @@ class NumberLineEnv(TextEnv):
 
     def _game_observation(self) -> str:
         text = f"Target: {self._number(self.target)}\nCurrent: {self._number(self.position)}"
+        if self.traps:
+            cells = ", ".join(self._number(cell) for cell in self.trap_cells)
+            text += f"\nTraps: {cells or 'none'}"
         if self.clock_time is not None:
             hours, minutes = divmod(self.clock_time, 60)
             text += f"\nClock: {hours:02d}:{minutes:02d}"
@@ -170,8 +210,10 @@ class NumberLineEnv(TextEnv):
 
     def render_legend(self) -> str:
         legend = f"Positions run from {self._number(0)} to {self._number(self.max_position)}."
+        if self.traps:
+            legend += " Stepping onto a trap ends the episode: the target is then lost."
         if self.clock:
-            return legend + " The clock changes with every move and does not matter."
+            legend += " The clock changes with every move and does not matter."
         return legend
 
     def _game_state(self) -> dict[str, Any]:
@@ -180,6 +222,8 @@ class NumberLineEnv(TextEnv):
             "position": self.position,
             "target": self.target,
         }
+        if self.traps:
+            state["traps"] = list(self.trap_cells)
         if self.clock_time is not None:
             state["clock"] = self.clock_time
         return state
@@ -201,5 +245,30 @@ class NumberLineEnv(TextEnv):
             clock_time = check_int("clock", game_state["clock"], 0, MINUTES_PER_DAY - 1)
         elif "clock" in game_state:
             raise ValueError(f"clock=False, but the game state has a 'clock': {game_state!r}")
+        trap_cells = self._load_traps(game_state, max_position, target)
         self.max_position, self.position, self.target = max_position, position, target
         self.clock_time = clock_time
+        self.trap_cells = trap_cells
+
+    def _load_traps(
+        self, game_state: dict[str, Any], max_position: int, target: int
+    ) -> tuple[int, ...]:
+        """The checked ``"traps"`` of a game state (ascending); raises ValueError if bad.
+
+        A trap may hold the position (the state an episode ends in after a fall), never the
+        target; an env without ``traps`` refuses a state that has them, and the other way round.
+        """
+        if not self.traps:
+            if "traps" in game_state:
+                raise ValueError(f"traps=0, but the game state has 'traps': {game_state!r}")
+            return ()
+        cells = game_state.get("traps")
+        if not isinstance(cells, list) or len(cells) > self.traps:
+            raise ValueError(
+                f"traps={self.traps} needs a list of at most {self.traps} 'traps' in the game "
+                f"state: {game_state!r}"
+            )
+        checked = [check_int("trap cell", cell, 0, max_position) for cell in cells]
+        if len(set(checked)) < len(checked) or target in checked:
+            raise ValueError(f"repeated traps or a trap on the target in {game_state!r}")
+        return tuple(sorted(checked))

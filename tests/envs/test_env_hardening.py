@@ -78,6 +78,8 @@ BAD_TYPES: dict[str, list[tuple[str, object, str, str]]] = {
         ("max_position", True, "an int", "bool"),
         ("words", "yes", "a bool", "str"),
         ("clock", 1, "a bool", "int"),
+        ("traps", 1.5, "an int", "float"),
+        ("traps", True, "an int", "bool"),
     ],
     "gigpo/Blackjack-v0": [
         ("natural", "yes", "a bool", "str"),
@@ -128,7 +130,11 @@ OUT_OF_RANGE: dict[str, list[tuple[str, object, str]]] = {
     ],
     "gigpo/EZPoints-v0": POINTS_OUT_OF_RANGE,
     "gigpo/Points24-v0": POINTS_OUT_OF_RANGE,
-    "gigpo/NumberLine-v0": [("max_position", 10**9, str(MAX_STEPS_LIMIT // 2))],
+    "gigpo/NumberLine-v0": [
+        ("max_position", 10**9, str(MAX_STEPS_LIMIT // 2)),
+        ("traps", 10**9, "max_position - 1"),
+        ("traps", -1, ">= 0"),
+    ],
     "gigpo/Blackjack-v0": [],
     "gigpo/WebShop-v0": [("catalog_seed", 2**64, "9223372036854775807")],
     "gigpo/SearchQA-v0": [
@@ -301,6 +307,7 @@ GOOD_KWARGS: dict[str, dict] = {
         "max_position": np.int64(4),
         "words": np.bool_(True),
         "clock": np.bool_(True),
+        "traps": np.int64(2),
     },
     "gigpo/Blackjack-v0": {"natural": np.bool_(True)},
     "gigpo/WebShop-v0": {"num_products": np.int64(30), "reward_scale": np.float32(2.0)},
