@@ -6,7 +6,7 @@
 # Flags are OpenRLHF 0.11's own (dotted names, e.g. --actor.model_name_or_path,
 # --vllm.num_engines) plus ours: --env, --env.kwargs, --env.num_tasks,
 # --env.max_new_tokens, --group_size, --history_length, --algo.advantage.estimator
-# (gigpo, grpo, rloo: gigpo_algo's), --algo.gigpo.step_weight, --algo.gigpo.gamma,
+# (gigpo, grpo, rloo, hgpo, graphgpo: gigpo_algo's; or OpenRLHF's own), --algo.gigpo.gamma,
 # --algo.gigpo.norm, --algo.gigpo.similarity, ... (gigpo_algo's names; see
 # training/openrlhf/command.py). A flag given here overrides the default below.
 # --dry-run prints the fully resolved command and starts nothing. Every flag is checked

@@ -36,6 +36,12 @@ Record (schema versions 1 and 2; names are :mod:`gigpo_algo`'s argument names, s
 ``return``                float, the discounted return from this step (after penalties)
 ========================  =====================================================================
 
+Optional keys (absent from older files): ``next_anchor`` (str) and ``next_anchor_text`` (str
+or null, bounded), the state the action led to (the last record's: where the episode ended);
+an estimator's own values, :func:`record_rows`' ``extras``: HGPO's ``hgpo_levels`` (per level
+``{"k", "group", "size", "advantage"}``), GraphGPO's ``graph_distance`` and
+``graph_next_distance`` (the anchor's and the next state's steps to the goal).
+
 Texts longer than ``max_chars`` keep their first ``max_chars`` characters and end with
 ``" ... [+N chars]"``. The step groups are those every estimator is given
 (:func:`training.advantages.step_groups`); GRPO and RLOO have ``step_advantage`` 0, PPO
@@ -49,7 +55,7 @@ import json
 import math
 import os
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +78,8 @@ RECORD_KEYS = (
     "is_action_valid", "anchor", "anchor_text", "step_group_id", "episode_advantage",
     "step_advantage", "advantage", "return",
 )  # fmt: skip
+#: The next state's keys, beyond :data:`RECORD_KEYS` where it was recorded (the module doc).
+NEXT_KEYS = ("next_anchor", "next_anchor_text")
 _FILE = re.compile(r"^iteration_(\d{6,})\.jsonl\.gz$")
 _FLOAT_KEYS = ("reward", "episode_advantage", "step_advantage", "advantage", "return")
 
@@ -97,6 +105,9 @@ def rollout_rows(
     advantages: Sequence[float],
     returns: Sequence[float],
     max_chars: int = DEFAULT_MAX_CHARS,
+    next_anchors: Sequence[str] = (),
+    next_anchor_texts: Sequence[str | None] = (),
+    extras: Mapping[str, Sequence[Any]] | None = None,
 ) -> list[dict[str, Any]]:
     """Builds the records of one iteration from per-row columns, all of length N.
 
@@ -104,9 +115,13 @@ def rollout_rows(
     :class:`~gigpo_algo.advantages.GiGPOResult` fields); rows of one trajectory must be in
     time order (``step`` counts them). ``observations`` / ``actions`` may be empty sequences
     (an OpenRLHF run that did not record texts): then they are saved as ``""``.
+    ``next_anchors`` / ``next_anchor_texts``: the next state of each row, or both empty (the
+    records then have no ``next_*`` keys). ``extras``: more per-row columns by record key
+    (e.g. ``graph_distance``), each value made JSON-plain (numpy to Python, a non-finite
+    float to null).
 
     Raises:
-        ValueError: the columns differ in length.
+        ValueError: the columns differ in length, or an ``extras`` key is a record key.
     """
     n = len(rewards)
     columns = {
@@ -115,9 +130,19 @@ def rollout_rows(
         "episode_advantages": episode_advantages, "step_advantages": step_advantages,
         "advantages": advantages, "returns": returns,
     }  # fmt: skip
-    for name, column in [*columns.items(), ("observations", observations), ("actions", actions)]:
-        if len(column) != n and not (name in ("observations", "actions") and len(column) == 0):
+    extras = dict(extras or {})
+    optional = {"observations": observations, "actions": actions, "next_anchors": next_anchors,
+                "next_anchor_texts": next_anchor_texts}  # fmt: skip
+    for name, column in [*columns.items(), *optional.items()]:
+        if len(column) != n and not (name in optional and len(column) == 0):
             raise ValueError(f"rollout column {name} has {len(column)} rows, rewards has {n}")
+    if len(next_anchors) != len(next_anchor_texts):
+        raise ValueError("rollout columns next_anchors and next_anchor_texts: both or neither")
+    for key, column in extras.items():
+        if key in RECORD_KEYS or key in NEXT_KEYS:
+            raise ValueError(f"rollout extras[{key!r}] would replace the record key {key!r}")
+        if len(column) != n:
+            raise ValueError(f"rollout extras[{key!r}] has {len(column)} rows, rewards has {n}")
     steps: dict[Any, int] = {}
     rows = []
     for i in range(n):
@@ -144,6 +169,12 @@ def rollout_rows(
                 "return": _number(returns[i]),
             }
         )
+        if next_anchors:
+            after = next_anchor_texts[i]
+            rows[-1]["next_anchor"] = str(next_anchors[i])
+            rows[-1]["next_anchor_text"] = None if after is None else bound_text(after, max_chars)
+        for key, column in extras.items():
+            rows[-1][key] = _json_plain(column[i])
     return rows
 
 
@@ -153,9 +184,12 @@ def record_rows(
     advantages: Any,
     groups: Sequence[int],
     max_chars: int = DEFAULT_MAX_CHARS,
+    extras: Mapping[str, Sequence[Any]] | None = None,
 ) -> list[dict[str, Any]]:
-    """:func:`rollout_rows` of step records, their :class:`~training.advantages.Advantages`
-    and their step groups (:func:`training.advantages.step_groups`)."""
+    """:func:`rollout_rows` of step records (their next states too, where recorded), their
+    :class:`~training.advantages.Advantages`, their step groups
+    (:func:`training.advantages.step_groups`) and the estimator's ``extras`` (per-row
+    columns by record key, e.g. ``{"graph_distance": result.distances}``)."""
     return rollout_rows(
         iteration,
         group_ids=records.group_ids,
@@ -172,6 +206,9 @@ def record_rows(
         advantages=advantages.advantages,
         returns=advantages.returns,
         max_chars=max_chars,
+        next_anchors=records.next_anchors,
+        next_anchor_texts=records.next_anchor_texts,
+        extras=extras,
     )
 
 
@@ -310,6 +347,18 @@ def _plain(value: Any) -> Any:
     return value if isinstance(value, int | str) and not isinstance(value, bool) else str(value)
 
 
+def _json_plain(value: Any) -> Any:
+    if isinstance(value, np.ndarray | np.generic):
+        value = value.tolist()
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {str(k): _json_plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_plain(v) for v in value]
+    return value
+
+
 def _number(value: Any) -> float | None:
     number = float(value)
     return number if math.isfinite(number) else None
@@ -341,4 +390,7 @@ def _check_record(path: Path, number: int, record: dict[str, Any]) -> dict[str, 
             raise RolloutFileError(f"{path} line {number}: {key} must be a string")
     if not isinstance(record["is_action_valid"], bool):
         raise RolloutFileError(f"{path} line {number}: is_action_valid must be true or false")
+    after = (record.get("next_anchor", ""), record.get("next_anchor_text"))
+    if not isinstance(after[0], str) or not isinstance(after[1], str | None):
+        raise RolloutFileError(f"{path} line {number}: next_anchor(_text) must be a string")
     return record

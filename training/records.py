@@ -22,7 +22,12 @@ REQUIRED_COLUMNS = (
 #: OpenRLHF batch's step columns, whose tokens stay in OpenRLHF's samples).
 TOKEN_COLUMNS = ("prompt_ids", "response_ids", "old_log_probs")
 #: Columns that are either empty (not recorded) or hold one entry per row.
-OPTIONAL_COLUMNS = ("observations", "actions", "truncated")
+OPTIONAL_COLUMNS = (
+    "observations", "actions", "truncated", "next_anchors", "next_anchor_texts", "won",
+)  # fmt: skip
+#: The next state's columns: recorded together or not at all (records written before they
+#: existed lack both; an estimator that needs them, GraphGPO, refuses such records).
+NEXT_COLUMNS = ("next_anchors", "next_anchor_texts")
 
 
 @dataclass
@@ -53,6 +58,15 @@ class StepRecords:
     """The text the environment read: the response prefix and the generated text."""
     truncated: list[bool] = field(default_factory=list)
     """Whether the response stopped at its token limit rather than at its end."""
+    next_anchors: list[str] = field(default_factory=list)
+    """The key of the state each call's action led to: for a trajectory's last row, the state
+    the episode ended in (terminated or truncated); else the next row's anchor."""
+    next_anchor_texts: list[str | None] = field(default_factory=list)
+    """That state's ``state_text()`` (``info["anchor_text"]`` after the step), or None."""
+    won: list[bool] = field(default_factory=list)
+    """Whether the env said the episode was won (``info["won"]``) as of the row: the local
+    trainer marks the winning step, the OpenRLHF batch every row of a won episode; an
+    episode was won when any of its rows says so (GraphGPO's ``success: won``)."""
 
     def __len__(self) -> int:
         return len(self.rewards)
@@ -72,9 +86,13 @@ class StepRecords:
         observation: str | None = "",
         action: str | None = "",
         truncated: bool = False,
+        next_anchor: str | None = None,
+        next_anchor_text: str | None = None,
+        won: bool | None = None,
     ) -> None:
-        """Adds one row. A token column given None, or a text given None, is not recorded
-        (keep that the same for every row: :meth:`check`)."""
+        """Adds one row. A token column given None, a text given None, or ``next_anchor``
+        None (then ``next_anchor_text`` is ignored) is not recorded (keep that the same for
+        every row: :meth:`check`)."""
         for name, value in (("prompt_ids", prompt_ids), ("response_ids", response_ids),
                             ("old_log_probs", old_log_probs)):  # fmt: skip
             if value is not None:
@@ -90,11 +108,26 @@ class StepRecords:
         if action is not None:
             self.actions.append(str(action))
         self.truncated.append(bool(truncated))
+        if next_anchor is not None:
+            self.next_anchors.append(str(next_anchor))
+            self.next_anchor_texts.append(
+                None if next_anchor_text is None else str(next_anchor_text)
+            )
+        if won is not None:
+            self.won.append(bool(won))
 
     def extend(self, other: StepRecords) -> StepRecords:
-        """Appends ``other``'s rows (every column); returns self."""
+        """Appends ``other``'s rows (every column); returns self. Where one side has rows but
+        no next states (:data:`NEXT_COLUMNS`), the result has none either."""
+        known = all(len(r) == 0 or len(r.next_anchors) > 0 for r in (self, other))
+        won_known = all(len(r) == 0 or len(r.won) > 0 for r in (self, other))
         for f in fields(self):
             getattr(self, f.name).extend(getattr(other, f.name))
+        if not known:
+            for name in NEXT_COLUMNS:
+                getattr(self, name).clear()
+        if not won_known:
+            self.won.clear()
         return self
 
     def check(self) -> StepRecords:
@@ -115,6 +148,11 @@ class StepRecords:
                 raise ValueError(
                     f"StepRecords.{name} has {len(getattr(self, name))} rows, rewards has {n}"
                 )
+        if len(self.next_anchors) != len(self.next_anchor_texts):
+            raise ValueError(
+                f"StepRecords.next_anchor_texts has {len(self.next_anchor_texts)} rows, "
+                f"next_anchors has {len(self.next_anchors)}: record both or neither"
+            )
         if not all(isinstance(r, int | float) and math.isfinite(r) for r in self.rewards):
             raise ValueError("StepRecords.rewards must be finite numbers")
         for i, (response, log_probs) in enumerate(
@@ -157,6 +195,11 @@ class StepRecords:
                 observations=[str(t) for t in data.get("observations", [])],
                 actions=[str(t) for t in data.get("actions", [])],
                 truncated=[bool(v) for v in data.get("truncated", [])],
+                next_anchors=[str(a) for a in data.get("next_anchors", [])],
+                next_anchor_texts=[
+                    None if t is None else str(t) for t in data.get("next_anchor_texts", [])
+                ],
+                won=[bool(v) for v in data.get("won", [])],
             )
         except (TypeError, ValueError) as exc:
             raise ValueError(f"malformed step records: {exc}") from None

@@ -2,8 +2,9 @@
 
 Run by ``test_openrlhf_real.py`` with ``tests/standins`` first on ``sys.path`` (OpenRLHF's
 entry module imports ``vllm``). Reads ``{"parse_only": [argv, ...]}`` on stdin and prints, per
-command line, what OpenRLHF resolved or the error its parser or checks raised.
-:func:`parsed_args` is also used by ``openrlhf_real_run.py``.
+command line, what OpenRLHF resolved or the error its parser or checks raised; or reads
+``{"estimator_choices": true}`` and prints the choices of OpenRLHF's own
+``--algo.advantage.estimator``. :func:`parsed_args` is also used by ``openrlhf_real_run.py``.
 """
 
 from __future__ import annotations
@@ -65,8 +66,39 @@ def parse_only(argvs: list[list[str]]) -> list[dict]:
     return out
 
 
+def estimator_choices() -> list[str]:
+    """The choices of ``--algo.advantage.estimator`` in the parser OpenRLHF's entry module
+    builds (taken as it starts parsing: nothing is parsed or run)."""
+    import argparse
+
+    class Built(Exception):
+        pass
+
+    def stop(parser, *args, **kwargs):
+        raise Built(parser)
+
+    saved = (argparse.ArgumentParser.parse_args, sys.argv)
+    argparse.ArgumentParser.parse_args = stop
+    sys.argv = ["openrlhf.cli.train_ppo_ray"]
+    try:
+        runpy.run_module("openrlhf.cli.train_ppo_ray", run_name="__main__")
+    except Built as built:
+        parser = built.args[0]
+    else:
+        raise RuntimeError("OpenRLHF's train_ppo_ray parsed no arguments")
+    finally:
+        argparse.ArgumentParser.parse_args, sys.argv = saved
+    for action in parser._actions:
+        if "--algo.advantage.estimator" in action.option_strings:
+            return list(action.choices)
+    raise RuntimeError("OpenRLHF's parser has no --algo.advantage.estimator")
+
+
 def main() -> None:
     job = json.load(sys.stdin)
+    if job.get("estimator_choices"):
+        print(json.dumps(estimator_choices()))
+        return
     print(json.dumps(parse_only(job["parse_only"])))
 
 

@@ -5,6 +5,10 @@ policy. The local trainer's ``critic_free_advantages`` (training.advantages) and
 OpenRLHF estimator's ``batch_advantages`` must give GRPO == GiGPO(step_weight=0) and
 RLOO == GiGPO(step_weight=0, norm="loo") row for row, and with a similarity threshold must
 group the steps on their states' texts, as ``anchor_groups`` does, never on the state keys.
+HGPO and GraphGPO give gigpo_algo's own values in both (HGPO's history from each
+trajectory's earlier rows, GraphGPO's graph from each row's state and next state), with
+their levels and distances as the rollout files' extras, and train end to end in the local
+trainer.
 """
 
 from __future__ import annotations
@@ -14,6 +18,8 @@ import numpy as np
 import pytest
 
 from gigpo_algo.advantages import anchor_groups, gigpo_advantages
+from gigpo_algo.graphgpo import graphgpo_advantages
+from gigpo_algo.hgpo import hgpo_advantages
 from gigpo_algo.tokens import turns_to_tokens
 from gigpo_envs import make_group_vec
 from training.advantages import critic_free_advantages, step_groups
@@ -51,6 +57,10 @@ def play(env_id: str, num_groups: int, group_size: int, turns: int, seed: int, *
                     anchor=str(keys[i]),
                     anchor_text=str(texts[i]),
                     valid=bool(infos["is_action_valid"][i]),
+                    # the state the step led to (an ended env is reset on its next step)
+                    next_anchor=str(envs.anchors[i]),
+                    next_anchor_text=str(envs.anchor_texts[i]),
+                    won=bool(infos["won"][i]),
                 )
             )
         live &= ~(terminated | truncated)
@@ -66,6 +76,9 @@ def local_records(rows) -> StepRecords:
         group_ids=[r["group"] for r in rows],
         traj_ids=[r["traj"] for r in rows],
         is_action_valid=[r["valid"] for r in rows],
+        next_anchors=[r["next_anchor"] for r in rows],
+        next_anchor_texts=[r["next_anchor_text"] for r in rows],
+        won=[r["won"] for r in rows],
     )
 
 
@@ -85,9 +98,12 @@ def openrlhf_batch(rows):
                 anchors=[rows[i]["anchor"] for i in mine],
                 anchor_texts=[rows[i]["anchor_text"] for i in mine],
                 is_action_valid=[rows[i]["valid"] for i in mine],
+                next_anchors=[rows[i]["next_anchor"] for i in mine],
+                next_anchor_texts=[rows[i]["next_anchor_text"] for i in mine],
                 action_ranges=ranges,
                 sequence_length=ranges[-1][1],
                 max_len=4096,
+                won=any(rows[i]["won"] for i in mine),
             )
         )
         order.extend(mine)
@@ -288,3 +304,206 @@ def test_embedding_metric_groups_states_by_meaning_in_both_trainers(sokoban_rows
     np.testing.assert_allclose(local.advantages, reference.advantages, atol=1e-12)
     got = openrlhf_rows(rows, GiGPOSettings(**settings))
     np.testing.assert_allclose(got, reference.advantages, atol=1e-12)
+
+
+# --------------------------------------------------------------------- HGPO and GraphGPO
+
+#: Settings off every default, the invalid-action penalty on (it spreads the returns).
+FAMILY = {
+    "hgpo": dict(history_length=1, length_alpha=0.5, base_group=True, invalid_penalty=0.5),
+    "graphgpo": dict(gamma=0.5, normalize_distance=True, episode_weight=0.5, step_weight=2.0,
+                     invalid_penalty=0.5),
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def numberline_rows():
+    """Random walks on a short number line: some episodes reach the target (GraphGPO's
+    goal), most do not."""
+    return play("gigpo/NumberLine-v0", 3, 4, 6, seed=2, max_position=3, max_steps=6)
+
+
+def family_reference(rows, estimator: str, settings: dict, on: str = "anchor"):
+    """gigpo_algo's own function of ``estimator`` on the rows (states: ``on`` = anchor or
+    anchor_text)."""
+    columns = (
+        [r["reward"] for r in rows], [r["traj"] for r in rows], [r["group"] for r in rows],
+        [r[on] for r in rows],
+    )  # fmt: skip
+    valid = [r["valid"] for r in rows]
+    if estimator == "hgpo":
+        return hgpo_advantages(*columns, is_action_valid=valid, **settings)
+    nxt = [r[f"next_{on}"] for r in rows]
+    return graphgpo_advantages(*columns, nxt, is_action_valid=valid, **settings)
+
+
+def same_partition(a, b) -> bool:
+    """Whether two labelings group the rows the same way (whatever the numbers)."""
+    pairs = set(zip(np.asarray(a).tolist(), np.asarray(b).tolist(), strict=True))
+    return len(pairs) == len(set(np.asarray(a).tolist())) == len(set(np.asarray(b).tolist()))
+
+
+@pytest.mark.parametrize("estimator", ["hgpo", "graphgpo"])
+@pytest.mark.parametrize("rows_fixture", ["numberline_rows", "sokoban_rows"])
+def test_hgpo_and_graphgpo_give_gigpo_algos_values_in_both_trainers(
+    request, rows_fixture, estimator
+):
+    rows = request.getfixturevalue(rows_fixture)
+    settings = FAMILY[estimator]
+    reference = family_reference(rows, estimator, settings)
+    assert np.abs(reference.advantages).max() > 0
+    rec = local_records(rows)  # rows of all trajectories interleaved, each in time order
+    local = critic_free_advantages(rec, AlgoConfig(estimator=estimator, **settings))
+    np.testing.assert_allclose(local.advantages, reference.advantages, atol=1e-12)
+    np.testing.assert_allclose(local.returns, reference.returns, atol=1e-12)
+    # the OpenRLHF estimator (rows grouped by trajectory): the same values on the tokens
+    got = openrlhf_rows(rows, GiGPOSettings(estimator=estimator, **settings))
+    np.testing.assert_allclose(got, reference.advantages, atol=1e-12)
+    # the step groups the batch reports are the ones the estimator used
+    groups = step_groups(rec, AlgoConfig(estimator=estimator))
+    assert same_partition(groups, reference.step_group_ids)
+    if estimator == "hgpo":
+        # without the history the values differ: the deeper level is read
+        flat = family_reference(rows, "hgpo", {**settings, "history_length": 0})
+        assert not np.allclose(flat.advantages, reference.advantages)
+        levels = local.extras["hgpo_levels"]
+        assert set(local.extras) == {"hgpo_levels"} and len(levels) == len(rows)
+        for i, row_levels in enumerate(levels):
+            ks = np.flatnonzero(reference.level_group_ids[:, i] >= 0)
+            assert [item["k"] for item in row_levels] == [int(k) + 1 for k in ks]
+            for item in row_levels:
+                k = item["k"] - 1
+                assert item["group"] == reference.level_group_ids[k, i]
+                assert item["size"] == reference.level_sizes[k, i]
+                value = reference.level_advantages[k, i]
+                assert (item["advantage"] is None) == bool(np.isnan(value))
+                assert item["advantage"] is None or item["advantage"] == value
+        assert any(item["k"] == 2 and item["advantage"] is not None for r in levels for item in r)
+    else:
+        assert set(local.extras) == {"graph_distance", "graph_next_distance"}
+        np.testing.assert_array_equal(local.extras["graph_distance"], reference.distances)
+        np.testing.assert_array_equal(local.extras["graph_next_distance"],
+                                      reference.next_distances)  # fmt: skip
+        if rows_fixture == "numberline_rows":  # some walks reached the goal
+            assert 0.0 in local.extras["graph_next_distance"]
+            assert len(set(local.extras["graph_distance"])) > 2
+
+
+@pytest.mark.parametrize("estimator", ["hgpo", "graphgpo"])
+def test_hgpo_and_graphgpo_similarity_reads_state_texts_in_both_trainers(request, estimator):
+    # GraphGPO's graph needs some won episodes (a graph without a goal gives every state d=1)
+    rows = request.getfixturevalue("sokoban_rows" if estimator == "hgpo" else "numberline_rows")
+    threshold = 0.5 if estimator == "hgpo" else 0.9
+    settings = {**FAMILY[estimator], "similarity": threshold}
+    reference = family_reference(rows, estimator, settings, on="anchor_text")
+    rec = local_records(rows)
+    local = critic_free_advantages(rec, AlgoConfig(estimator=estimator, **settings))
+    np.testing.assert_allclose(local.advantages, reference.advantages, atol=1e-12)
+    got = openrlhf_rows(rows, GiGPOSettings(estimator=estimator, **settings))
+    np.testing.assert_allclose(got, reference.advantages, atol=1e-12)
+    on_keys = family_reference(rows, estimator, settings, on="anchor").advantages
+    assert not np.allclose(local.advantages, on_keys)  # the keys would give other values
+    groups = step_groups(rec, AlgoConfig(estimator=estimator, similarity=threshold))
+    assert same_partition(groups, reference.step_group_ids)
+    texts, episode_groups = [r["anchor_text"] for r in rows], [r["group"] for r in rows]
+    similar = anchor_groups(texts, episode_groups, similarity=threshold)
+    # HGPO's levels start from GiGPO's similarity groups; GraphGPO's threshold merges graph
+    # nodes only, its step groups match the texts exactly
+    exact = anchor_groups(texts, episode_groups)
+    assert not same_partition(similar, exact)
+    assert same_partition(groups, similar if estimator == "hgpo" else exact)
+
+
+def test_graphgpo_refuses_records_without_next_states():
+    rec = StepRecords(
+        rewards=[0.0, 1.0], anchors=["a", "b"], anchor_texts=["a", "b"], group_ids=[0, 0],
+        traj_ids=[0, 1], is_action_valid=[True, True],
+    )  # fmt: skip
+    with pytest.raises(ValueError, match="graphgpo needs each step's next state"):
+        critic_free_advantages(rec, AlgoConfig(estimator="graphgpo"))
+    assert len(critic_free_advantages(rec, AlgoConfig(estimator="hgpo")).advantages) == 2
+    old = SampleTurns(
+        group="g", traj="t", rewards=[0.0], anchors=["a"], anchor_texts=["a"],
+        is_action_valid=[True], action_ranges=[(1, 3)], sequence_length=3,
+    )  # fmt: skip
+    with pytest.raises(ValueError, match="graphgpo needs each step's next state"):
+        batch_advantages([[old, old]], [(2, 3)], GiGPOSettings(estimator="graphgpo"))
+
+
+def test_graphgpo_success_won_reads_the_envs_won_flag_in_both_trainers(numberline_rows):
+    rows = numberline_rows
+    # NumberLine's wrong steps cost -1: won walks can sum to <= 0, so the two rules differ.
+    won = {(r["group"], r["traj"]) for r in rows if r["won"]}
+    success = [(r["group"], r["traj"]) in won for r in rows]
+    sums: dict = {}
+    for r in rows:
+        sums[(r["group"], r["traj"])] = sums.get((r["group"], r["traj"]), 0.0) + r["reward"]
+    assert any(success) and success != [sums[(r["group"], r["traj"])] > 0 for r in rows]
+    columns = ([r["reward"] for r in rows], [r["traj"] for r in rows],
+               [r["group"] for r in rows], [r["anchor"] for r in rows],
+               [r["next_anchor"] for r in rows])  # fmt: skip
+    valid = [r["valid"] for r in rows]
+    reference = graphgpo_advantages(*columns, is_action_valid=valid, success=success)
+    by_reward = graphgpo_advantages(*columns, is_action_valid=valid)
+    assert not np.allclose(reference.advantages, by_reward.advantages)
+    rec = local_records(rows)
+    local = critic_free_advantages(rec, AlgoConfig(estimator="graphgpo", success="won"))
+    np.testing.assert_allclose(local.advantages, reference.advantages, atol=1e-12)
+    got = openrlhf_rows(rows, GiGPOSettings(estimator="graphgpo", success="won"))
+    np.testing.assert_allclose(got, reference.advantages, atol=1e-12)
+    default = critic_free_advantages(rec, AlgoConfig(estimator="graphgpo"))
+    np.testing.assert_allclose(default.advantages, by_reward.advantages, atol=1e-12)
+    rec.won = []  # records made before the flag was recorded
+    with pytest.raises(ValueError, match="success=won needs the env's won flag"):
+        critic_free_advantages(rec, AlgoConfig(estimator="graphgpo", success="won"))
+
+
+def test_advantages_take_keeps_the_extras_with_their_rows(numberline_rows):
+    rec = local_records(numberline_rows)
+    result = critic_free_advantages(rec, AlgoConfig(estimator="graphgpo"))
+    order = np.random.default_rng(0).permutation(len(rec))
+    moved = result.take(order)
+    np.testing.assert_array_equal(moved.advantages, result.advantages[order])
+    assert moved.extras["graph_distance"] == [result.extras["graph_distance"][i] for i in order]
+    assert critic_free_advantages(rec, AlgoConfig(estimator="gigpo")).extras == {}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("estimator", ["hgpo", "graphgpo"])
+def test_hgpo_and_graphgpo_train_end_to_end_in_the_local_trainer(tiny_config, tmp_path, estimator):
+    from training.local.train import train
+    from training.record_files import read_rollouts, rollout_files
+
+    out = tmp_path / "run"
+    config = tiny_config(
+        "gigpo/NumberLine-v0", "--env.kwargs={max_position: 3, max_steps: 4}",
+        f"--algo.estimator={estimator}", "--algo.invalid_penalty=0.1", out=out,
+    )  # fmt: skip
+    # HGPO's history left unset is the prompt's (tiny_config: env.history_length 1)
+    assert config.algo.history_length == (1 if estimator == "hgpo" else None)
+    rows = train(config)
+    assert [r["iteration"] for r in rows] == [0, 1]
+    assert all(np.isfinite(r["loss"]) for r in rows)
+    assert any(r["mean_abs_advantage"] > 0 for r in rows), rows
+    files = rollout_files(out)
+    assert sorted(files) == [0, 1]
+    for path in files.values():
+        header, records = read_rollouts(path)
+        assert header["estimator"] == estimator
+        # what the trainer saved is gigpo_algo's function of the saved step records
+        saved = [dict(reward=r["reward"], traj=r["traj_id"], group=r["group_id"],
+                      anchor=r["anchor"], next_anchor=r["next_anchor"],
+                      valid=r["is_action_valid"]) for r in records]  # fmt: skip
+        settings = {"invalid_penalty": 0.1}
+        if estimator == "hgpo":
+            settings["history_length"] = 1
+        reference = family_reference(saved, estimator, settings)
+        np.testing.assert_allclose(
+            [r["advantage"] for r in records], reference.advantages, atol=1e-12
+        )
+        if estimator == "hgpo":
+            assert all("hgpo_levels" in r for r in records)
+            assert max(item["k"] for r in records for item in r["hgpo_levels"]) == 2
+        else:
+            np.testing.assert_array_equal([r["graph_distance"] for r in records],
+                                          reference.distances)  # fmt: skip

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -159,3 +160,21 @@ def test_advantages_follow_the_rollout_order_whatever_order_the_batch_is_in():
     require_one_row_per_episode([[steps[0], steps[3]]])  # one row each: in order as it is
     with pytest.raises(ValueError, match="permutation"):
         in_rollout_order(batch, [0, 0, 1, 2, 3])
+
+
+def test_turn_records_carry_next_states_and_older_ones_without_them_still_read():
+    ep = dataclasses.replace(
+        _episode("g", "t", [1.0, 2.0], ["x", "y"]),
+        next_anchors=["y", "z"],
+        next_anchor_texts=["text of y", None],
+    )
+    again = SampleTurns.from_dict(json.loads(json.dumps(ep.to_dict())))
+    assert again == ep and again.steps().next_anchors == ["y", "z"]
+    assert again.steps().next_anchor_texts == ["text of y", None]
+    old = ep.to_dict()
+    del old["next_anchors"], old["next_anchor_texts"]
+    assert SampleTurns.from_dict(old).steps().next_anchors == []
+    with pytest.raises(ValueError, match="next_anchors has 1 entries"):
+        SampleTurns.from_dict(dict(ep.to_dict(), next_anchors=["y"]))
+    with pytest.raises(ValueError, match="both or neither"):
+        SampleTurns.from_dict(dict(ep.to_dict(), next_anchor_texts=[]))

@@ -125,3 +125,13 @@ def test_the_rounds_end_when_the_prompts_run_out():
     assert stats == {"gigpo/groups_kept": 0.0, "gigpo/groups_dropped": 3.0}
     nothing = _Prompts([], "episode")
     assert filter_groups(nothing, 2, settings)[:3] == ([], 0, True)
+
+
+def test_hgpo_without_base_group_trains_no_episode_term_so_its_filter_ignores_it():
+    # Scores differ, but every turn is alone in its groups (each episode its own state): HGPO
+    # gives every turn 0 unless the episode advantage is one of its items (base_group).
+    lone = [_episode("d", f"t{i}", [f"s{i}"], [float(i % 2)]) for i in range(4)]
+    assert not group_has_signal(lone, EstimatorSettings(estimator="hgpo"))
+    assert group_has_signal(lone, EstimatorSettings(estimator="hgpo", base_group=True))
+    assert group_has_signal(lone, EstimatorSettings(estimator="gigpo"))
+    assert group_has_signal(_step_signal_only("b"), EstimatorSettings(estimator="hgpo"))

@@ -29,7 +29,8 @@ from openrlhf_launcher import command_line, dry_run, submitted_args
 
 import gigpo_envs  # noqa: F401  (registers the environments)
 import training
-from gigpo_algo.estimators import estimator_advantages
+from gigpo_algo.estimators import ESTIMATORS, estimator_advantages
+from training.openrlhf.layout import OPENRLHF_ESTIMATORS as OPENRLHF_CHOICES
 from training.record_files import read_rollouts, rollout_files
 
 pytestmark = pytest.mark.openrlhf
@@ -45,10 +46,9 @@ ENV = {
     "RAY_USAGE_STATS_ENABLED": "0",
 }
 ENVS = sorted(name for name in gym.registry if name.startswith("gigpo/"))
-#: OpenRLHF 0.11.2's estimator choices but rloo (the launcher's rloo is gigpo_algo's).
-OPENRLHF_ESTIMATORS = [
-    "group_norm", "reinforce_baseline", "dr_grpo", "reinforce", "flash_reinforce", "gae"
-]  # fmt: skip
+#: OpenRLHF 0.11.2's estimator choices (the launcher's list, checked against OpenRLHF's own
+#: parser below) but rloo (the launcher's rloo is gigpo_algo's).
+OPENRLHF_ESTIMATORS = [e for e in OPENRLHF_CHOICES if e not in ESTIMATORS]
 
 
 def _resolved(*flags: str) -> tuple[list[str], dict]:
@@ -158,10 +158,18 @@ def _parse(job: dict) -> list:
     return _run_script(PARSE, job)
 
 
+def test_the_launchers_list_of_openrlhfs_estimators_is_openrlhfs_own():
+    """The launcher refuses an estimator outside gigpo_algo's and OpenRLHF's list before Ray
+    starts: that list must be the choices of OpenRLHF's own parser."""
+    choices = _parse({"estimator_choices": True})
+    assert sorted(choices) == sorted(OPENRLHF_CHOICES)
+    assert "rloo" in choices and len(OPENRLHF_ESTIMATORS) == len(choices) - 1
+
+
 @pytest.mark.slow
 def test_every_launcher_command_passes_openrlhfs_own_parser_and_checks():
     # every registered environment with gigpo_algo's estimators; OpenRLHF's own on one
-    cases = [(env, est) for env in ENVS for est in ("gigpo", "grpo", "rloo")]
+    cases = [(env, est) for env in ENVS for est in ESTIMATORS]
     cases += [("gigpo/Sokoban-v0", est) for est in OPENRLHF_ESTIMATORS]
     argvs = []
     for env, est in cases:
@@ -172,7 +180,7 @@ def test_every_launcher_command_passes_openrlhfs_own_parser_and_checks():
     for (env, est), got in zip(cases, parsed, strict=True):
         assert "error" not in got, (env, est, got)
         # gigpo_algo's estimators ride on group_norm (its argument checks); others are OpenRLHF's
-        expected = "group_norm" if est in ("gigpo", "grpo", "rloo") else est
+        expected = "group_norm" if est in ESTIMATORS else est
         assert got["estimator"] == expected, (env, est)
         assert got["n_samples_per_prompt"] == 4
         assert got["agent_func_path"].endswith("training/openrlhf/agent_func.py")
@@ -251,6 +259,17 @@ def _episodes(out: dict) -> tuple[list, list, list, list]:
     return rewards, trajs, groups, anchors
 
 
+def _expected(out: dict, estimator: str) -> np.ndarray:
+    """gigpo_algo's advantage of every turn of the records, in record order (GraphGPO: with
+    the next states the executor recorded)."""
+    rewards, trajs, groups, anchors = _episodes(out)
+    more = {}
+    if estimator == "graphgpo":
+        more["next_anchors"] = [a for r in out["records"] for a in r["next_anchors"]]
+        assert len(more["next_anchors"]) == len(rewards)
+    return estimator_advantages(estimator, rewards, trajs, groups, anchors, **more).advantages
+
+
 def _sample_of(out: dict) -> list[int]:
     """For each row the PPO actor trained on, the rollout sample it is (by label and tokens:
     within a group, equal tokens mean equal turns, so equal advantages)."""
@@ -299,7 +318,7 @@ def _check_shared_metrics(out: dict) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("estimator", ["gigpo", "grpo", "rloo"])
+@pytest.mark.parametrize("estimator", ESTIMATORS)
 def test_gigpo_algo_estimators_through_openrlhfs_training_step(tiny_model_dir, estimator):
     # gigpo with OpenRLHF's reward clip: it applies to the value every token gets
     clip = ["--reward.clip_range", "-1", "1"] if estimator == "gigpo" else []
@@ -324,7 +343,7 @@ def _check_episode_layout(out: dict, estimator: str, clip: float | None = None) 
     assert len(set(groups)) * 4 == len(records)
     if out.get("multi_turn", True):
         assert len(rewards) > len(records)
-    expected = estimator_advantages(estimator, rewards, trajs, groups, anchors).advantages
+    expected = _expected(out, estimator)
     if clip is not None:
         assert np.abs(expected).max() > clip  # the clip changes something here
         expected = np.clip(expected, -clip, clip)
@@ -357,7 +376,7 @@ def _check_saved_rollouts(
         "openrlhf", iteration, estimator,
     )  # fmt: skip
     rewards, trajs, groups, anchors = _episodes(out)
-    expected = estimator_advantages(estimator, rewards, trajs, groups, anchors).advantages
+    expected = _expected(out, estimator)
     seen: dict[str, int] = {}
     steps = []  # each turn's position in its episode (a step-layout episode spans samples)
     for t in trajs:
@@ -373,6 +392,11 @@ def _check_saved_rollouts(
         )
         assert row["observation"].startswith(observation)  # the env's own observation
         assert row["action"] in script  # what the vLLM stand-in answered
+        # the estimator's own parts (training.advantages.estimator_extras)
+        extras = {"hgpo": {"hgpo_levels"}, "graphgpo": {"graph_distance", "graph_next_distance"}}
+        mine = extras.get(estimator, set())
+        others = set().union(*extras.values()) - mine
+        assert mine <= set(row) and not others & set(row)
 
 
 def _check_step_layout(out: dict, model_dir: Path, estimator: str, script: list[str]) -> None:
@@ -388,8 +412,7 @@ def _check_step_layout(out: dict, model_dir: Path, estimator: str, script: list[
     assert len(records) % out["sample_multiple"] == 0
     real = [i for i, r in enumerate(records) if r["rewards"]]
     assert all(len(records[i]["rewards"]) == 1 for i in real)  # one step a sample
-    rewards, trajs, groups, anchors = _episodes(out)
-    expected = estimator_advantages(estimator, rewards, trajs, groups, anchors).advantages
+    expected = _expected(out, estimator)
     assert np.abs(expected).max() > 0
     want: dict[tuple, list[float]] = {}
     for value, i in zip(expected, real, strict=True):
@@ -507,7 +530,7 @@ finally:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("estimator", ["gigpo", "grpo", "rloo"])
+@pytest.mark.parametrize("estimator", ESTIMATORS)
 def test_step_layout_trains_every_step_of_18_step_numberline_episodes(tiny_model_dir, estimator):
     # micro-batches of 4 (dp x rollout micro-batch must divide the optimizer step of 8)
     flags = ["--env.kwargs", '{"max_position": 9}', "--gigpo.max_prompt_tokens", "1000"]

@@ -8,9 +8,11 @@ from pathlib import Path
 import pytest
 from openrlhf_launcher import command_line, dry_run
 
+from gigpo_algo.estimators import ESTIMATORS
 from training.openrlhf.command import CARRIER_ESTIMATOR, UsageError, dataset_lines, plan
 from training.openrlhf.estimator import GiGPOSettings
 from training.openrlhf.executor import parse_task
+from training.openrlhf.layout import OPENRLHF_ESTIMATORS
 
 KL = ["--algo.kl.use_loss"]
 
@@ -333,3 +335,41 @@ def test_the_launcher_refuses_an_async_run_that_cannot_fit_its_node(monkeypatch,
     monkeypatch.setenv("GPUS", "eight")
     assert main(["--train.async_enable"]) == 2
     assert "GPUS must be an int" in capsys.readouterr().err
+
+
+def test_dry_run_refuses_an_unknown_estimator_naming_the_flag_and_the_choices():
+    # OpenRLHF's parser would refuse it only inside the Ray job: refused before Ray
+    result = dry_run("--algo.advantage.estimator", "nonsense")
+    assert result.returncode == 2 and "# resolved" in result.stdout
+    assert "--algo.advantage.estimator must be one of" in result.stderr
+    assert "'nonsense'" in result.stderr
+    for name in (*ESTIMATORS, *OPENRLHF_ESTIMATORS):
+        assert f"'{name}'" in result.stderr
+    assert "ray job" not in result.stderr
+
+
+@pytest.mark.parametrize("estimator", ["hgpo", "graphgpo"])
+def test_dry_run_runs_hgpo_and_graphgpo_through_gigpo_algo(estimator):
+    flag = {"hgpo": "--algo.gigpo.length_alpha", "graphgpo": "--algo.gigpo.episode_weight"}
+    result = dry_run("--algo.advantage.estimator", estimator, flag[estimator], "0.5")
+    assert result.returncode == 0, result.stderr
+    argv = command_line(result.stdout)
+    assert _value(argv, "--algo.advantage.estimator") == CARRIER_ESTIMATOR
+    assert not any(a.startswith("--algo.gigpo") for a in argv)
+    runtime = json.loads(next(li for li in result.stdout.splitlines()
+                              if "ray runtime_env" in li).split(": ", 1)[1])  # fmt: skip
+    settings = json.loads(runtime["env_vars"]["GIGPO_OPENRLHF_SETTINGS"])
+    assert settings["estimator"] == estimator
+    assert settings[flag[estimator].rsplit(".", 1)[1]] == 0.5
+    assert "# layout: step" in result.stdout  # both layouts run them; step is the default
+    episode = plan(["--algo.advantage.estimator", estimator, "--gigpo.layout", "episode"] + KL)
+    assert episode.layout == "episode" and episode.settings.estimator == estimator
+
+
+@pytest.mark.parametrize("estimator", [e for e in OPENRLHF_ESTIMATORS if e not in ESTIMATORS])
+def test_openrlhfs_own_estimators_pass_the_launcher_untouched(estimator):
+    run = plan(["--algo.advantage.estimator", estimator, "--algo.kl.init_coef", "0"])
+    assert run.settings is None and run.layout == "episode"
+    assert _value(run.openrlhf_args, "--algo.advantage.estimator") == estimator
+    with pytest.raises(UsageError, match=r"--algo.advantage.estimator must be one of"):
+        plan(["--algo.advantage.estimator", estimator.upper(), "--algo.kl.init_coef", "0"])

@@ -195,3 +195,53 @@ def test_a_label_written_before_the_step_layout_plays_the_episode_layout():
 
     old = {"env_id": "gigpo/Sokoban-v0", "seed": 2, "history_length": 0, "max_new_tokens": 64}
     assert parse_task(old).layout == "episode"
+
+
+def _replay_next_states(task: Task, anchors: list, actions: list) -> list[tuple]:
+    """The (anchor, anchor_text) after each recorded action, replayed in a fresh env."""
+    env = make_task_env(task)
+    _, info = env.reset(seed=task.seed)
+    after = []
+    for anchor, action in zip(anchors, actions, strict=True):
+        assert info["anchor"] == anchor
+        _, _, terminated, truncated, info = env.step(action)
+        after.append((info["anchor"], info["anchor_text"]))
+    assert terminated or truncated  # the last one: the state the episode ended in
+    return after
+
+
+def test_every_turn_carries_the_state_it_led_to_into_the_batch(tokenizer, record_texts):
+    import dataclasses
+
+    from training.openrlhf.estimator import batch_steps
+    from training.openrlhf.turns import SampleTurns
+
+    # NumberLine's clock moves every step: no next state equals its own state
+    kwargs = {"max_position": 3, "max_steps": 4, "clock": True}
+    step_task = Task("gigpo/NumberLine-v0", 5, kwargs, history_length=1, max_new_tokens=48)
+    episode_task = dataclasses.replace(step_task, layout="episode")
+    rows, expected = [], []
+    for result in play_group(step_task, tokenizer, n=2, max_length=2048, invalid_rate=0.3):
+        steps = StepRecords.from_dict(result["gigpo"]["steps"])
+        after = _replay_next_states(step_task, steps.anchors, steps.actions)
+        assert list(zip(steps.next_anchors, steps.next_anchor_texts, strict=True)) == after
+        won = result["gigpo"]["won"]
+        # under the step layout each row rides in its own sample, as a plain dict
+        rows += [
+            SampleTurns.from_dict(SampleTurns.from_step(steps, i, won=won, max_len=2048).to_dict())
+            for i in range(len(steps))
+        ]
+        expected += after
+    for result in play_group(episode_task, tokenizer, n=2, max_length=20000, invalid_rate=0.3):
+        turns = SampleTurns.from_dict(result["gigpo"]["turns"])
+        after = _replay_next_states(episode_task, turns.anchors, turns.actions)
+        assert list(zip(turns.next_anchors, turns.next_anchor_texts, strict=True)) == after
+        rows.append(turns)
+        expected += after
+    filler = SampleTurns(group="", traj="", max_len=2048)
+    batch = batch_steps([rows[:3], [filler], rows[3:]])
+    assert list(zip(batch.next_anchors, batch.next_anchor_texts, strict=True)) == expected
+    assert all(a != b for a, b in zip(batch.anchors, batch.next_anchors, strict=True))
+    # a record from before the next states existed: the batch has none (GraphGPO refuses it)
+    old = dataclasses.replace(rows[0], next_anchors=[], next_anchor_texts=[])
+    assert batch_steps([[old, *rows[1:]]]).next_anchors == []

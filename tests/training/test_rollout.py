@@ -237,3 +237,34 @@ def test_a_prompt_over_the_cap_is_an_error_naming_the_key(model_and_tokenizer):
         collect(model, tok, envs, seed=0, max_new_tokens=4, temperature=1.0,
                 max_prompt_tokens=20)  # fmt: skip
     envs.close()
+
+
+def test_each_record_carries_the_state_its_action_led_to(model_and_tokenizer):
+    import gymnasium as gym
+
+    model, tok = model_and_tokenizer
+    # NumberLine's clock moves on every step, valid or not: every step changes the state, so
+    # a record's next state is never its own; max_steps 3 truncates most episodes
+    kwargs = {"max_position": 3, "max_steps": 3, "clock": True}
+    envs = make_envs("gigpo/NumberLine-v0", 2, 3, 1, None, kwargs)
+    torch.manual_seed(2)
+    rollout = collect(model, tok, envs, seed=9, max_new_tokens=6, temperature=1.0)
+    envs.close()
+    rec = rollout.records.check()
+    assert len(rec.next_anchors) == len(rec.next_anchor_texts) == len(rec)
+    assert all(a != b for a, b in zip(rec.anchors, rec.next_anchors, strict=True))
+    for traj in sorted(set(rec.traj_ids)):
+        rows = [i for i, t in enumerate(rec.traj_ids) if t == traj]
+        for now, after in zip(rows, rows[1:], strict=False):
+            assert rec.next_anchors[now] == rec.anchors[after]
+            assert rec.next_anchor_texts[now] == rec.anchor_texts[after]
+        # the last record's next state is where the episode ended: replay its actions
+        env = gym.make("gigpo/NumberLine-v0", **kwargs)
+        _, info = env.reset(seed=9 + rec.group_ids[rows[0]])
+        assert info["anchor"] == rec.anchors[rows[0]]
+        for i in rows:
+            _, _, terminated, truncated, info = env.step(rec.actions[i])
+        assert terminated or truncated
+        assert rec.next_anchors[rows[-1]] == info["anchor"]
+        assert rec.next_anchor_texts[rows[-1]] == info["anchor_text"]
+        env.close()

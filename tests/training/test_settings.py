@@ -12,14 +12,23 @@ from training.local.config import AlgoConfig, ConfigError, load_config
 from training.local.resume import config_changes
 from training.openrlhf.command import plan
 from training.openrlhf.estimator import GiGPOSettings
-from training.settings import EstimatorSettings, flag_settings, read_by, table
+from training.settings import (
+    TRAINER_ESTIMATORS,
+    TRAINER_ONLY,
+    EstimatorSettings,
+    flag_settings,
+    read_by,
+    table,
+)
 
 KL = ["--algo.kl.init_coef", "0"]
 
 
 @pytest.mark.parametrize("estimator", ESTIMATORS)
 def test_the_table_agrees_with_gigpo_algo(estimator):
-    assert set(read_by(estimator)) == set(ESTIMATOR_SETTINGS[estimator]) - {"eps"}
+    assert set(read_by(estimator)) - set(TRAINER_ONLY) == set(ESTIMATOR_SETTINGS[estimator]) - {
+        "eps"
+    }
 
 
 def test_ppo_reads_its_own_settings_and_no_gigpo_knob():
@@ -35,17 +44,28 @@ def test_both_trainers_take_their_settings_from_the_table():
     assert issubclass(AlgoConfig, EstimatorSettings)
     assert issubclass(GiGPOSettings, EstimatorSettings)
     # Every critic-free setting is an OpenRLHF flag (and only those): set each to a value
-    # off its default through the launcher and read it back.
+    # off its default through the launcher, under an estimator that reads it, and read it
+    # back.
     values = {"gamma": 0.5, "step_weight": 0.5, "norm": "mean", "episode_stats": "step",
-              "similarity": None, "similarity_metric": None, "invalid_penalty": 0.25}  # fmt: skip
+              "similarity": None, "similarity_metric": None, "invalid_penalty": 0.25,
+              "history_length": 3, "length_alpha": 0.5, "base_group": True,
+              "normalize_distance": True, "episode_weight": 0.5, "success": "won"}  # fmt: skip
     assert {f.name for f in flag_settings()} == set(values)
-    args = [f"--algo.gigpo.{k}={v}" for k, v in values.items() if v is not None]
-    settings = plan(args + KL).settings
-    assert {k: getattr(settings, k) for k in values} == values
+    checked = set()
+    for estimator in ESTIMATORS:
+        mine = {k: v for k, v in values.items() if k in read_by(estimator) and v is not None}
+        args = [f"--algo.gigpo.{k}={str(v).lower()}" for k, v in mine.items()]
+        settings = plan(["--algo.advantage.estimator", estimator, *args, *KL]).settings
+        assert {k: getattr(settings, k) for k in mine} == mine
+        assert all(type(getattr(settings, k)) is type(v) for k, v in mine.items())
+        checked |= set(mine)
+    assert checked == {k for k, v in values.items() if v is not None}
 
 
 #: A value off each setting's default that the estimators reading it accept.
-OFF_DEFAULT = {"norm": "mean", "episode_stats": "step", "similarity_metric": "indel"}
+OFF_DEFAULT = {"norm": "mean", "episode_stats": "step", "similarity_metric": "indel",
+               "history_length": 3, "base_group": True, "normalize_distance": True,
+               "success": "won"}  # fmt: skip
 
 
 def test_a_setting_the_estimator_does_not_read_is_refused_under_every_estimator():
@@ -53,15 +73,36 @@ def test_a_setting_the_estimator_does_not_read_is_refused_under_every_estimator(
     for f in table():
         value = OFF_DEFAULT.get(f.name, 0.5)
         extra = {"similarity": 0.5} if f.name == "similarity_metric" else {}
-        for estimator in ("gigpo", "grpo", "rloo", "ppo"):
+        for estimator in TRAINER_ESTIMATORS:
             config = AlgoConfig(estimator=estimator, **{f.name: value, **extra})
             if estimator in f.metadata["reads"]:
                 config.check()
             else:
-                with pytest.raises(ValueError, match=r"algo\.\w+=.* is not used by"):
+                with pytest.raises(
+                    ValueError, match=rf"algo\.({f.name}|similarity)=.* is not used by"
+                ):
                     config.check()
             checked += 1
-    assert checked == 4 * len(table())
+    assert checked == len(TRAINER_ESTIMATORS) * len(table()) == 6 * 16
+
+
+def test_the_family_reads_its_own_settings_and_shares_the_rest():
+    assert set(read_by("hgpo")) - set(read_by("gigpo")) == {
+        "history_length", "length_alpha", "base_group"
+    }  # fmt: skip
+    assert set(read_by("graphgpo")) - set(read_by("gigpo")) == {
+        "normalize_distance", "episode_weight", "success"
+    }  # fmt: skip
+    assert "step_weight" not in read_by("hgpo") and "step_weight" in read_by("graphgpo")
+    # every critic-free estimator reads the one episode score's settings; PPO the penalty
+    for estimator in TRAINER_ESTIMATORS:
+        assert "invalid_penalty" in read_by(estimator)
+        assert ("episode_stats" in read_by(estimator)) == (estimator != "ppo")
+    # the table's defaults mean "the estimator's own", documented per estimator
+    docs = {f.name: f.metadata["doc"] for f in table()}
+    assert "0.95" in docs["gamma"] and "0.1" in docs["gamma"]
+    assert "mean_std" in docs["norm"] and "hgpo" in docs["norm"]
+    assert TRAINER_ESTIMATORS == (*ESTIMATORS, "ppo")
 
 
 def test_renamed_keys_are_read_under_their_new_names_with_a_warning(tmp_path):

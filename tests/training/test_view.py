@@ -198,7 +198,8 @@ def test_executor_records_texts_only_when_rollouts_are_saved():
     samples = []
     for text_chars in (4, None):  # saving rollouts (texts bounded to 4 characters), or not
         steps = StepRecords()
-        record_step(steps, info, 1.0, {"is_action_valid": True}, "act", group="g", traj="t",
+        after = {"is_action_valid": True, "anchor": "s2", "anchor_text": "state two"}
+        record_step(steps, info, 1.0, after, "act", group="g", traj="t",
                     text_chars=text_chars, truncated=False)  # fmt: skip
         samples.append(SampleTurns.from_steps(
             steps, [(0, 3)], group="g", traj="t", sequence_length=3, max_len=100, won=False,
@@ -208,6 +209,9 @@ def test_executor_records_texts_only_when_rollouts_are_saved():
     assert on.observations == ["a lo ... [+14 chars]"]
     assert on.actions == ["act"]
     assert off.observations == [] and off.actions == []
+    # the next state is recorded either way: GraphGPO reads it
+    assert on.next_anchors == off.next_anchors == ["s2"]
+    assert on.next_anchor_texts == off.next_anchor_texts == ["state two"]
     restored = SampleTurns.from_dict(on.to_dict())
     assert restored.observations == ["a lo ... [+14 chars]"]
     with pytest.raises(ValueError, match="observations"):
@@ -310,6 +314,10 @@ def test_short_run_saves_rollouts_the_page_shows(short_run):
         assert f"A_E {r['episode_advantage']:+.3f}" in cell["text"]
         assert f"A {r['advantage']:+.3f}" in cell["text"]
         assert ("invalid" in cell["text"]) == (not r["is_action_valid"])
+        # the state the step led to: the next step's state, or where the episode ended
+        later = [n for n in records if (n["traj_id"], n["step"]) == (r["traj_id"], r["step"] + 1)]
+        assert not later or later[0]["anchor"] == r["next_anchor"]
+        assert f"next state{r['next_anchor_text']}" in cell["text"]
         # a step group of two or more records gets a label, the same one for all of them
         if sizes[(r["group_id"], r["step_group_id"])] >= 2:
             assert cell["data-label"].startswith("S") and cell["data-label"] in cell["text"]

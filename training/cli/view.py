@@ -10,9 +10,11 @@ It shows:
   >= 2, the histogram of step-group sizes, and how often A_S and A_E disagree in sign;
 * one iteration (``--iteration``, default the last saved) group by group: the group's
   trajectories side by side, step by step, each step with its action, reward, validity,
-  A_E / A_S / A, its observation (collapsed) and its step group (the same label and colour
-  for the same anchor state across trajectories); then the group's revisited states, each
-  with the actions taken there ranked by A_S.
+  A_E / A_S / A, its observation and the state it led to (collapsed; the latter where the
+  file records it), its step group (the same label and colour for the same anchor state
+  across trajectories) and, where the file has them, HGPO's group at each level and
+  GraphGPO's steps to the goal; then the group's revisited states, each with the actions
+  taken there ranked by A_S.
 
 An ALFWorld-sized iteration (16 groups x 8 trajectories x 50 steps) stays usable because
 each group is rendered into an inert ``<template>`` and only the group being looked at is

@@ -1,9 +1,9 @@
 """What the viewer reads from a run's rollout files, checked before the page uses it.
 
-Every record field the page shows, the header's ``estimator`` and ``source`` and its
-step-group summary are checked for type; a value that fails is a
-:class:`~training.record_files.RolloutFileError` that names the file, the line and the field
-(``python -m training.cli.view`` exits 2 with it). Used by :mod:`training.cli.view`.
+Every record field the page shows (the optional ones where a record has them), the header's
+``estimator`` and ``source`` and its step-group summary are checked for type; a value that
+fails is a :class:`~training.record_files.RolloutFileError` that names the file, the line and
+the field (``python -m training.cli.view`` exits 2 with it). Used by :mod:`training.cli.view`.
 """
 
 from __future__ import annotations
@@ -63,6 +63,31 @@ _RECORD_FIELDS: dict[str, tuple[str, Callable[[Any], bool]]] = {
 }
 
 
+def _number_or_null(value: Any) -> bool:
+    return value is None or as_float(value) is not None
+
+
+def _is_levels(value: Any) -> bool:
+    # HGPO's hgpo_levels: one {"k", "group", "size", "advantage"} object per level
+    return isinstance(value, list) and all(
+        isinstance(level, dict)
+        and all(_is_int(level.get(key)) for key in ("k", "group", "size"))
+        and level["size"] >= 0
+        and _number_or_null(level.get("advantage"))
+        for level in value
+    )
+
+
+#: Record fields the page shows where a file has them (the next state, the estimators' own).
+_OPTIONAL_FIELDS: dict[str, tuple[str, Callable[[Any], bool]]] = {
+    "next_anchor": ("a string", lambda value: isinstance(value, str)),
+    "next_anchor_text": ("a string or null", lambda value: value is None or isinstance(value, str)),
+    "graph_distance": ("a finite number or null", _number_or_null),
+    "graph_next_distance": ("a finite number or null", _number_or_null),
+    "hgpo_levels": ('a list of {"k", "group", "size", "advantage"} objects', _is_levels),
+}
+
+
 def group_key(group_id: int | str) -> str:
     """The text that names a group in the page: its ``data-group`` and, percent-encoded, its
     ``#group=`` address."""
@@ -87,6 +112,11 @@ def check_records(path: Path, records: list[dict[str, Any]]) -> None:
             if key not in record:
                 raise RolloutFileError(f"{path} line {line}: record lacks {key}")
             if not valid(record[key]):
+                raise RolloutFileError(
+                    f"{path} line {line}: {key} must be {expected}, got {show(record[key])}"
+                )
+        for key, (expected, valid) in _OPTIONAL_FIELDS.items():
+            if key in record and not valid(record[key]):
                 raise RolloutFileError(
                     f"{path} line {line}: {key} must be {expected}, got {show(record[key])}"
                 )

@@ -274,12 +274,61 @@ def group_html(
     return "".join(out)
 
 
+def _bounded(text: str, max_chars: int) -> str:
+    if max_chars and len(text) > max_chars:
+        return f"{text[:max_chars]} ... [+{len(text) - max_chars} chars]"
+    return text
+
+
+def _family_html(r: dict[str, Any]) -> str:
+    """What the GiGPO family's estimators add to a step, where its record has it: GraphGPO's
+    steps to the goal from the state and from the next one, HGPO's group at each level."""
+    out = []
+    if "graph_distance" in r or "graph_next_distance" in r:
+        d, after = r.get("graph_distance"), r.get("graph_next_distance")
+        out.append(
+            '<div class="nums graph" title="GraphGPO: steps to the goal in the group\'s state '
+            f'graph, from this state and from the state the action led to" data-graph-d="{d!r}" '
+            f'data-graph-next-d="{after!r}"><span>to goal <b>{_steps(d)}</b> &rarr; '
+            f"<b>{_steps(after)}</b></span></div>"
+        )
+    if "hgpo_levels" in r:
+        cells = [
+            f'<span data-k="{level["k"]}" data-hgpo-group="{level["group"]}" data-size='
+            f'"{level["size"]}">k{level["k"]} '
+            + (
+                f"g{level['group']} &times;{level['size']} A "
+                f'<b class="{_sign_class(level["advantage"])}">{_fmt(level["advantage"])}</b>'
+                if level["size"] > 0 and level["group"] >= 0
+                else "&ndash;"
+            )
+            + "</span>"
+            for level in r["hgpo_levels"]
+        ]
+        out.append(
+            '<div class="nums hgpo" title="HGPO: the step\'s group at each history length k '
+            f'(id, size, advantage)">HGPO {"".join(cells) or "&ndash;"}</div>'
+        )
+    return "".join(out)
+
+
+def _steps(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:g}"
+
+
+def _next_state_html(r: dict[str, Any], max_chars: int) -> str:
+    """The state the step's action led to, collapsed: its text, else its key; nothing for a
+    record without it."""
+    if "next_anchor" not in r:
+        return ""
+    text = r.get("next_anchor_text")
+    shown = _bounded(r["next_anchor"] if text is None else text, max_chars)
+    return f"<details><summary>next state</summary><pre>{esc(shown)}</pre></details>"
+
+
 def _step_cell(r: dict[str, Any], labels: dict[int, str], badge: str, max_chars: int) -> str:
     """One step of the trajectory grid; its ``data-*`` attributes hold the exact values."""
-    observation = r["observation"]
-    if max_chars and len(observation) > max_chars:
-        cut = len(observation) - max_chars
-        observation = f"{observation[:max_chars]} ... [+{cut} chars]"
+    observation = _bounded(r["observation"], max_chars)
     valid = r["is_action_valid"]
     a_e, a_s, a = r["episode_advantage"], r["step_advantage"], r["advantage"]
     attributes = (
@@ -296,8 +345,9 @@ def _step_cell(r: dict[str, Any], labels: dict[int, str], badge: str, max_chars:
         f"<span>{'&#10003; valid' if valid else '&#10007; invalid'}</span>"
         f'<span>A_E <b class="{_sign_class(a_e)}">{_fmt(a_e)}</b></span>'
         f'<span>A_S <b class="{_sign_class(a_s)}">{_fmt(a_s)}</b></span>'
-        f'<span>A <b class="{_sign_class(a)}">{_fmt(a)}</b></span></div>'
-        f"<details><summary>observation</summary><pre>{esc(observation)}</pre></details></td>"
+        f'<span>A <b class="{_sign_class(a)}">{_fmt(a)}</b></span></div>{_family_html(r)}'
+        f"<details><summary>observation</summary><pre>{esc(observation)}</pre></details>"
+        f"{_next_state_html(r, max_chars)}</td>"
     )
 
 

@@ -9,10 +9,11 @@ from training.local.config import ConfigError, TrainConfig, load_config
 
 USAGE = """python -m training.local --config FILE.yaml [--out DIR] [--dry-run] [--section.key=v ...]
 
-Trains a causal LM with GiGPO (or GRPO, RLOO, or PPO with a critic) on a gigpo environment,
-on one machine. Sections: model, env, rollout, eval, algo, optim, run (see
+Trains a causal LM with GiGPO (or HGPO, GraphGPO, GRPO, RLOO, or PPO with a critic) on a
+gigpo environment, on one machine. Sections: model, env, rollout, eval, algo, optim, run (see
 training/local/schema.py), e.g.
   --algo.estimator=grpo --env.num_groups 4 --run.iterations=10 --model.name_or_path=smollm2
+  --algo.estimator=hgpo --algo.history_length=2   (graphgpo: --algo.gamma=0.1)
   --algo.estimator=ppo --optim.critic_lr=1e-5
 Metrics go to DIR/metrics.jsonl, the learning curve to DIR/curve.png. --dry-run checks the
 config and prints its memory plan (no weight loads; model.device need not exist here), and

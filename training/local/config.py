@@ -37,6 +37,7 @@ from training.local.schema import (
     new_name,
     ppo_gamma_renamed,
     renamed,
+    resolve_defaults,
 )
 from training.text import show
 
@@ -175,7 +176,7 @@ def load_config(
         _set_dotted(config, new_name(key, f"override --{key}"), value, text)
     moved = ppo_gamma_renamed(dataclasses.asdict(config.algo), "config")
     config.algo.gamma, config.algo.gae_gamma = moved["gamma"], moved["gae_gamma"]
-    validate(config, check_device=check_device)
+    validate(resolve_defaults(config), check_device=check_device)
     return config
 
 

@@ -188,6 +188,11 @@ def collect(
                 observation="" if observed is None else str(observed[i]),
                 action=texts[row],
                 truncated=len(response_ids[row]) >= max_new_tokens and not ended[row],
+                # the state the step led to: NEXT_STEP autoreset resets an env on the step
+                # after its episode ends, so a last step's info is still its final state
+                next_anchor=str(envs.anchors[i]),
+                next_anchor_text=envs.anchor_texts[i],
+                won=bool(infos["won"][i]),
             )
             returns[i] += float(rewards[i])
             lengths[i] += 1

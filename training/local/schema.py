@@ -21,7 +21,7 @@ __all__ = [
     "DTYPES", "PPO_DEFAULTS", "REMOVED_KEYS", "RENAMED_KEYS", "TRAINER_ESTIMATORS",
     "AlgoConfig", "ConfigError", "EnvConfig", "EvalConfig", "ModelConfig", "OptimConfig",
     "RolloutConfig", "RunConfig", "TrainConfig", "new_name", "ppo_gamma_renamed", "renamed",
-    "resumable_keys",
+    "resolve_defaults", "resumable_keys",
 ]  # fmt: skip
 
 #: Field metadata of a setting that may change when a run resumes (it does not change what
@@ -136,11 +136,14 @@ class AlgoConfig(EstimatorSettings):
 
     The estimator and its settings are :class:`training.settings.EstimatorSettings`, the
     one table of which estimator reads which setting (``gamma``, ``step_weight``, ``norm``,
-    ``episode_stats``, ``similarity``, ``similarity_metric``, ``invalid_penalty``, and
-    PPO's ``gae_gamma``, ``lam``, ``value_clip``). Those left unset (None) take
-    :mod:`gigpo_algo`'s defaults (PPO's: :data:`~training.settings.PPO_DEFAULTS`); setting
-    one that ``estimator`` does not read is an error, so a baseline cannot silently carry a
-    GiGPO knob. The fields below are the policy update's, which every estimator runs.
+    ``episode_stats``, ``similarity``, ``similarity_metric``, ``invalid_penalty``, HGPO's
+    ``history_length``, ``length_alpha``, ``base_group``, GraphGPO's
+    ``normalize_distance``, ``episode_weight``, and PPO's ``gae_gamma``, ``lam``,
+    ``value_clip``). Those left unset (None) take :mod:`gigpo_algo`'s defaults (PPO's:
+    :data:`~training.settings.PPO_DEFAULTS`; HGPO's ``history_length``: ``env.history_length``,
+    :func:`resolve_defaults`); setting one that ``estimator`` does not read is an error, so
+    a baseline cannot silently carry a GiGPO knob. The fields below are the policy
+    update's, which every estimator runs.
     """
 
     clip_low: float = 0.2
@@ -248,6 +251,21 @@ RENAMED_KEYS = {
     "run.eval_every": "eval.every",
     "rollout.eval_temperature": "eval.temperature",
 }
+
+
+def resolve_defaults(config: TrainConfig) -> TrainConfig:
+    """Fills in, in place, the settings whose default is another section's value; returns
+    ``config``. One so far: under ``algo.estimator: hgpo``, an unset ``algo.history_length``
+    takes ``env.history_length`` (verl-agent's one ``env.history_length`` sets both the
+    prompt's window and HGPO's deepest level, so the hierarchy matches what the policy saw).
+    Loading a config and starting a run both apply it, before the checks, so the value a
+    run used is the one its ``config.json`` holds."""
+    algo = config.algo
+    if algo.estimator == "hgpo" and algo.history_length is None:
+        history = config.env.history_length
+        if isinstance(history, int) and not isinstance(history, bool):
+            algo.history_length = history
+    return config
 
 
 def resumable_keys() -> tuple[str, ...]:

@@ -36,7 +36,7 @@ from training.local.play import config_envs, evaluate_heldout, play, task_split,
 from training.local.policy import check_finite, policy_update
 from training.local.precision import compute, prepare_models, resolve_compute_dtype
 from training.local.resume import check_resume
-from training.local.schema import TrainConfig
+from training.local.schema import TrainConfig, resolve_defaults
 from training.local.tensorboard import ScalarLog
 from training.local.threads import ThreadGovernor
 from training.record_files import prune_rollouts, record_rows, write_rollouts
@@ -60,7 +60,8 @@ def train(config: TrainConfig) -> list[dict[str, Any]]:
     """
     require_train_extra()
 
-    validate(config)  # a config built in code gets the checks a loaded one got
+    # a config built in code gets the defaults and checks a loaded one got
+    validate(resolve_defaults(config))
     out = Path(config.run.out)
     check_resume(config)
     out.mkdir(parents=True, exist_ok=True)
@@ -186,7 +187,7 @@ def save_rollouts(
     """Writes the iteration's step records, advantages and step groups to ``out/rollouts/``
     (:mod:`training.record_files`)."""
     chars = config.run.rollout_max_chars
-    rows = record_rows(iteration, records, advantages, groups, chars)
+    rows = record_rows(iteration, records, advantages, groups, chars, extras=advantages.extras)
     return write_rollouts(out, iteration, rows, source="local", estimator=config.algo.estimator,
                           max_chars=chars)  # fmt: skip
 

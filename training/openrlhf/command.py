@@ -33,20 +33,28 @@
                                 (:func:`training.settings.flag_settings`): ``gamma``,
                                 ``step_weight``, ``norm``, ``episode_stats``,
                                 ``similarity``, ``similarity_metric``,
-                                ``invalid_penalty``; the table's aliases (verl-agent's
-                                ``step_advantage_w``, ``mode`` with ``mean_std_norm`` /
-                                ``mean_norm``, ``similarity_thresh``) are flags too
+                                ``invalid_penalty``, HGPO's ``history_length`` (default:
+                                the step layout's ``--history_length``), ``length_alpha``,
+                                ``base_group``, GraphGPO's ``normalize_distance``,
+                                ``episode_weight`` (a bool flag alone means true); the
+                                table's aliases (verl-agent's ``step_advantage_w``,
+                                ``mode`` with ``mean_std_norm`` / ``mean_norm``,
+                                ``similarity_thresh``, ``length_weight_alpha``,
+                                ``episode_advantage_w``) are flags too
 ==============================  ===========================================================
 
-``--algo.advantage.estimator`` ``gigpo`` (the default here), ``grpo`` or ``rloo`` runs
-gigpo_algo's estimator of that name on the executor's per-turn records (one episode score
-for all three); any other value is OpenRLHF's own estimator, untouched, and then no
-``--algo.gigpo.*`` flag may be given. Everything in this module is pure.
+``--algo.advantage.estimator`` ``gigpo`` (the default here), ``grpo``, ``rloo``, ``hgpo`` or
+``graphgpo`` runs gigpo_algo's estimator of that name on the executor's per-turn records
+(one episode score for all); one of OpenRLHF 0.11.2's own others
+(:data:`~training.openrlhf.layout.OPENRLHF_ESTIMATORS`) runs untouched, and then no
+``--algo.gigpo.*`` flag may be given; any other value is refused before Ray starts.
+Everything in this module is pure.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import typing
 from dataclasses import dataclass
@@ -57,6 +65,7 @@ from gigpo_algo.estimators import ESTIMATORS
 from training.openrlhf.estimator import FLAG_PREFIX, SETTINGS_ENV, GiGPOSettings
 from training.openrlhf.layout import (
     UsageError,
+    check_estimator,
     flag_value,
     has_flag,
     resolve_layout,
@@ -113,14 +122,16 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--gigpo.env_workers", dest="env_workers", default="auto")
     p.add_argument("--gigpo.env_timeout_s", dest="env_timeout_s", default="600")
     # The estimator settings' flags, from their one table (training.settings), by gigpo_algo's
-    # names; verl-agent's are aliases (ALIASES), read into the same settings.
+    # names; verl-agent's are aliases (ALIASES), read into the same settings. Values are
+    # read as text and converted by the field's type (_flag_value), so that an error names
+    # the flag; a bool flag alone means true. (Their dests are prefixed: --history_length,
+    # the prompt's window, is not --algo.gigpo.history_length, HGPO's.)
     for f in flag_settings():
-        number = _is_number(f) and f.name != "similarity"  # similarity also takes "none"
-        p.add_argument(FLAG_PREFIX + f.name, dest=f.name, default=f.default,
-                       type=float if number else None, help=f.metadata["doc"])  # fmt: skip
+        switch = {"nargs": "?", "const": "true"} if _kind(f) is bool else {}
+        p.add_argument(FLAG_PREFIX + f.name, dest=f"setting_{f.name}", default=f.default,
+                       help=f.metadata["doc"], **switch)  # fmt: skip
         for alias in f.metadata["aliases"]:
-            p.add_argument(FLAG_PREFIX + alias, dest=f"alias_{alias}", default=None,
-                           type=float if number else None)  # fmt: skip
+            p.add_argument(FLAG_PREFIX + alias, dest=f"alias_{alias}", default=None, **switch)
     p.add_argument("--algo.advantage.estimator", dest="estimator", default="gigpo")
     p.add_argument("--gigpo.dataset_dir", dest="dataset_dir", default="runs/openrlhf_gigpo")
     p.add_argument("--gigpo.save_rollouts_every", dest="save_rollouts_every", type=int, default=1)
@@ -167,6 +178,7 @@ def plan(argv: list[str]) -> Plan:
 
     settings = None
     given = [a.split("=", 1)[0] for a in argv if a.startswith(FLAG_PREFIX)]
+    check_estimator(ours.estimator)
     if ours.estimator in ESTIMATORS:
         try:
             settings = GiGPOSettings(
@@ -200,6 +212,11 @@ def plan(argv: list[str]) -> Plan:
     warnings: list[str] = []
     check_modes(theirs, layout, settings is not None, warnings)
     history_length, max_prompt_tokens = resolve_sizes(ours, theirs, layout, env_kwargs, warnings)
+    if settings is not None and settings.estimator == "hgpo" and settings.history_length is None:
+        # verl-agent's one env.history_length: HGPO's deepest level is the prompt's window
+        # (the step layout's; an episode-layout prompt holds the whole episode: HGPO's 2)
+        if layout == "step":
+            settings = dataclasses.replace(settings, history_length=history_length)
     tasks = [
         Task(
             env_id=ours.env_id,
@@ -262,22 +279,53 @@ ALIASES: dict[str, tuple[str, dict[str, str] | None]] = {
 }
 
 
-def _is_number(f: Any) -> bool:
-    """Whether a settings field holds a number (``float`` or ``float | None``)."""
+def _kind(f: Any) -> type:
+    """The type a settings field holds (``float`` for ``float | None``): bool, int, float or
+    str."""
     hint = typing.get_type_hints(EstimatorSettings)[f.name]
-    return hint is float or float in typing.get_args(hint)
+    kinds = [k for k in (typing.get_args(hint) or (hint,)) if k is not type(None)]
+    return kinds[0]
+
+
+def _flag_value(f: Any, text: Any, flag: str) -> Any:
+    """A flag's text as the value of settings field ``f`` (``none`` is None where the field
+    may be unset); a value that is not text (the field's default) is returned as it is.
+
+    Raises:
+        ValueError: naming ``flag``, when the text is not a value of the field's type.
+    """
+    if not isinstance(text, str):
+        return text
+    kind = _kind(f)
+    if text in ("none", "None", "null") and f.default is None:
+        return None
+    if kind is bool:
+        words = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
+        if text.lower() not in words:
+            raise ValueError(f"{flag} must be true or false, got {text!r}")
+        return words[text.lower()]
+    if kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            what = "an int" if kind is int else "a number"
+            raise ValueError(f"{flag} must be {what}, got {text!r}") from None
+    return text
 
 
 def _settings_from_flags(ours: argparse.Namespace) -> dict[str, Any]:
     """Our settings from the parsed flags, aliases resolved; a setting given under both its
     name and its alias is an error."""
-    values: dict[str, Any] = {f.name: getattr(ours, f.name) for f in flag_settings()}
-    values["similarity"] = _optional_float(values["similarity"], "similarity")
+    fields = {f.name: f for f in flag_settings()}
+    values: dict[str, Any] = {
+        name: _flag_value(f, getattr(ours, f"setting_{name}"), FLAG_PREFIX + name)
+        for name, f in fields.items()
+    }
     for alias, (name, value_map) in ALIASES.items():
         value = getattr(ours, f"alias_{alias}")
         if value is None:
             continue
-        if values[name] is not None:
+        if values[name] != fields[name].default:
             raise ValueError(
                 f"give {FLAG_PREFIX}{name} or its alias {FLAG_PREFIX}{alias}, not both"
             )
@@ -288,9 +336,7 @@ def _settings_from_flags(ours: argparse.Namespace) -> dict[str, Any]:
                     f"(or give {FLAG_PREFIX}{name})"
                 )
             value = value_map[value]
-        if name == "similarity":
-            value = _optional_float(value, alias)
-        values[name] = value
+        values[name] = _flag_value(fields[name], value, FLAG_PREFIX + alias)
     return values
 
 
@@ -315,15 +361,6 @@ def _require_state_text(env_id: str, env_kwargs: dict[str, Any]) -> None:
             f"{FLAG_PREFIX}similarity: {env_id} gives no info['anchor_text'] (state text); "
             "similarity grouping never runs on state keys"
         )
-
-
-def _optional_float(text: Any, name: str) -> float | None:
-    if text is None or text in ("none", "None", "null"):
-        return None
-    try:
-        return float(text)
-    except ValueError:
-        raise ValueError(f"{FLAG_PREFIX}{name} must be a number or none, got {text!r}") from None
 
 
 def dataset_lines(tasks: list[Task]) -> list[str]:

@@ -3,7 +3,8 @@
 OpenRLHF gives every token of an episode the same advantage. GiGPO gives each turn its own:
 ``A = A_E + w * A_S`` (episode-level plus anchor-state step-level relative advantage), and
 :func:`batch_advantages` writes each turn's value onto that turn's tokens. GRPO and RLOO run
-through the same path, from the same episode score (GiGPO without the step level). All math
+through the same path, from the same episode score (GiGPO without the step level), and so do
+HGPO and GraphGPO (their levels and distances go to the rollout files). All math
 comes through :mod:`training.advantages` (the local trainer's too: one step record, one
 step grouping per batch, one estimator call) and :func:`gigpo_algo.tokens.turns_to_tokens`;
 :func:`apply_gigpo` writes the result into OpenRLHF's experiences, and the OpenRLHF glue
@@ -97,7 +98,9 @@ class GiGPOSettings(EstimatorSettings):
 def batch_steps(batch: Sequence[Sequence[SampleTurns]]) -> StepRecords:
     """The batch's turns as one :class:`~training.records.StepRecords` (without tokens),
     experiences then rows then turns in order (observations and actions ``""`` where none
-    were recorded)."""
+    were recorded). Each turn's next state (``next_anchors``, ``next_anchor_texts``) comes
+    along when every sample with turns carries it, else the batch has none
+    (:meth:`~training.records.StepRecords.extend`)."""
     steps = StepRecords()
     for experience in batch:
         for sample in experience:
@@ -221,7 +224,8 @@ def rollout_records(
         groups = step_groups(steps, settings)
     if result is None:
         result = critic_free_advantages(steps, settings, groups)
-    return record_rows(iteration, steps, result, groups, settings.rollout_max_chars)
+    return record_rows(iteration, steps, result, groups, settings.rollout_max_chars,
+                       extras=result.extras)  # fmt: skip
 
 
 def read_records(experiences: list[Any], *, remove: bool = True) -> list[list[SampleTurns]]:
@@ -289,12 +293,7 @@ def apply_gigpo(
         result = critic_free_advantages(steps, settings, groups)
     save_rollouts([rows], settings, result, groups)
     if result is not None:  # back in the batch's order
-        result = Advantages(
-            result.advantages[back],
-            result.episode_advantages[back],
-            result.step_advantages[back],
-            result.returns[back],
-        )
+        result = result.take(back)
     shapes = [tuple(e.action_mask.shape) for e in experiences]
     advantages, returns = batch_advantages(batch, shapes, settings, result)
     for experience, adv, ret in zip(experiences, advantages, returns, strict=True):

@@ -109,7 +109,9 @@ def record_step(
     Args:
         info: the env's info before the step: the state the response acted from (its
             ``anchor``, ``anchor_text`` and ``raw_observation``).
-        reward, next_info: the env's answer (``next_info["is_action_valid"]``).
+        reward, next_info: the env's answer: ``next_info["is_action_valid"]``, and the state
+            the step led to (its ``anchor`` and ``anchor_text``, the row's next state; after
+            the last step, the state the episode ended in).
         text: the response text the env read.
         text_chars: record the observation and the response bounded to this many
             characters (0: whole); None records no texts (a run that saves no rollouts).
@@ -130,6 +132,9 @@ def record_step(
         observation=bound_text(info.get("raw_observation", ""), text_chars) if keep else None,
         action=bound_text(text, text_chars) if keep else None,
         truncated=truncated,
+        next_anchor=next_info["anchor"],
+        next_anchor_text=next_info.get("anchor_text"),
+        won=bool(next_info.get("won", False)),
     )
 
 

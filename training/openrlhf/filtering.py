@@ -64,7 +64,10 @@ def group_has_signal(records: Sequence[SampleTurns], settings: EstimatorSettings
     if not steps.rewards:
         return False
     result = critic_free_advantages(steps, settings, step_groups(steps, settings))
-    parts = np.column_stack([result.episode_advantages, result.step_advantages])
+    levels = [result.episode_advantages, result.step_advantages]
+    if settings.estimator == "hgpo" and not settings.base_group:
+        levels = [result.step_advantages]  # A_E is reported, not trained on
+    parts = np.column_stack(levels)
     return bool(filter_zero_advantage_groups(parts, steps.group_ids, atol=ATOL).any())
 
 

@@ -2,7 +2,12 @@
 
 ``--gigpo.layout step`` (one OpenRLHF sample per env step) is the default with gigpo_algo's
 estimators; ``episode`` (one sample per episode, one growing sequence) is the only layout of
-OpenRLHF's own estimators. Under the step layout every step's prompt is the env's history
+OpenRLHF's own estimators. gigpo_algo's estimators run under both: every one reads the
+batch's turns as step records in rollout order, whatever the samples (HGPO's history is the
+earlier turns of the same episode; GraphGPO's graph edges are each turn's state and the
+state it led to, recorded by the executor in either layout). Under the episode layout the
+policy sees the whole episode, so HGPO's ``history_length`` keeps its own default (2) rather
+than the step layout's prompt window. Under the step layout every step's prompt is the env's history
 prompt with the last ``--history_length`` steps, at most ``--gigpo.max_prompt_tokens``
 tokens, so ``--data.max_len`` must hold that prompt plus ``--env.max_new_tokens``; the
 defaults per env are :data:`ENV_DEFAULTS`.
@@ -42,6 +47,12 @@ ENV_DEFAULTS: dict[str, EnvDefaults] = {
     "gigpo/SearchQA-v0": EnvDefaults(history_length=4, max_prompt_tokens=4096),
 }
 OTHER_ENV_DEFAULTS = EnvDefaults(history_length=2, max_prompt_tokens=1024)
+#: OpenRLHF 0.11.2's own advantage estimators: the choices of its
+#: ``--algo.advantage.estimator`` (``openrlhf/cli/train_ppo_ray.py``; a test of the openrlhf
+#: tox env reads them there). Its ``rloo`` is taken by gigpo_algo's.
+OPENRLHF_ESTIMATORS = (
+    "gae", "reinforce", "rloo", "reinforce_baseline", "group_norm", "dr_grpo", "flash_reinforce",
+)  # fmt: skip
 #: ``--data.max_len`` of the episode layout when none is given.
 EPISODE_MAX_LEN = 4096
 #: OpenRLHF's learning-rate schedules that stay flat after the warmup.
@@ -51,6 +62,22 @@ FLAT_SCHEDULES = ("constant", "constant_with_warmup")
 def env_defaults(env_id: str) -> EnvDefaults:
     """The step layout's defaults of ``env_id`` (:data:`ENV_DEFAULTS`)."""
     return ENV_DEFAULTS.get(env_id, OTHER_ENV_DEFAULTS)
+
+
+def check_estimator(estimator: str) -> None:
+    """Refuses an ``--algo.advantage.estimator`` that is neither gigpo_algo's nor one of
+    OpenRLHF 0.11.2's own (which its parser would refuse only inside the Ray job).
+
+    Raises:
+        UsageError: naming the flag and the valid values.
+    """
+    if estimator in ESTIMATORS or estimator in OPENRLHF_ESTIMATORS:
+        return
+    own = [e for e in OPENRLHF_ESTIMATORS if e not in ESTIMATORS]
+    raise UsageError(
+        f"--algo.advantage.estimator must be one of gigpo_algo's {list(ESTIMATORS)} or "
+        f"OpenRLHF 0.11.2's own {own}, got {estimator!r}"
+    )
 
 
 def resolve_layout(ours: argparse.Namespace, theirs: list[str]) -> str:

@@ -44,6 +44,9 @@ class SampleTurns:
             before the environment did.
         observations, actions: per turn, the observation answered and the response text,
             bounded; recorded only when the run saves rollouts (else empty).
+        next_anchors, next_anchor_texts: per turn, the key and text of the state its action
+            led to (for the episode's last turn, the state it ended in); empty in a record
+            written before they were (GraphGPO refuses such a batch).
     """
 
     group: str
@@ -59,6 +62,8 @@ class SampleTurns:
     budget_ended: bool = False
     observations: list[str] = field(default_factory=list)
     actions: list[str] = field(default_factory=list)
+    next_anchors: list[str] = field(default_factory=list)
+    next_anchor_texts: list[str | None] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         k = len(self.rewards)
@@ -67,11 +72,13 @@ class SampleTurns:
                 raise ValueError(
                     f"SampleTurns.{name} has {len(getattr(self, name))} entries, rewards has {k}"
                 )
-        for name in ("observations", "actions"):
+        for name in ("observations", "actions", "next_anchors", "next_anchor_texts"):
             if len(getattr(self, name)) not in (0, k):
                 raise ValueError(
                     f"SampleTurns.{name} has {len(getattr(self, name))} entries, rewards has {k}"
                 )
+        if len(self.next_anchors) != len(self.next_anchor_texts):
+            raise ValueError("SampleTurns.next_anchors and next_anchor_texts: both or neither")
         if not all(isinstance(r, int | float) and math.isfinite(r) for r in self.rewards):
             raise ValueError(f"SampleTurns.rewards must be finite numbers, got {self.rewards!r}")
 
@@ -85,7 +92,7 @@ class SampleTurns:
 
     def steps(self) -> StepRecords:
         """The sample's rows as step records without tokens (observations and actions ``""``
-        where none were recorded)."""
+        where none were recorded; the next states only where they were)."""
         k = len(self.rewards)
         return StepRecords(
             rewards=list(self.rewards),
@@ -96,6 +103,9 @@ class SampleTurns:
             is_action_valid=list(self.is_action_valid),
             observations=list(self.observations) or [""] * k,
             actions=list(self.actions) or [""] * k,
+            next_anchors=list(self.next_anchors),
+            next_anchor_texts=list(self.next_anchor_texts),
+            won=[self.won] * k,
         )
 
     @classmethod
@@ -128,6 +138,8 @@ class SampleTurns:
             budget_ended=bool(budget_ended),
             observations=list(steps.observations),
             actions=list(steps.actions),
+            next_anchors=list(steps.next_anchors),
+            next_anchor_texts=list(steps.next_anchor_texts),
         )
 
     @classmethod
@@ -149,6 +161,8 @@ class SampleTurns:
             won=bool(won),
             observations=[steps.observations[i]] if steps.observations else [],
             actions=[steps.actions[i]] if steps.actions else [],
+            next_anchors=[str(steps.next_anchors[i])] if steps.next_anchors else [],
+            next_anchor_texts=[steps.next_anchor_texts[i]] if steps.next_anchors else [],
         )
 
     def with_episode_reward(self, total: float) -> SampleTurns:
@@ -181,6 +195,10 @@ class SampleTurns:
                 budget_ended=bool(data.get("budget_ended", False)),
                 observations=[str(t) for t in data.get("observations", [])],
                 actions=[str(t) for t in data.get("actions", [])],
+                next_anchors=[str(a) for a in data.get("next_anchors", [])],
+                next_anchor_texts=[
+                    None if t is None else str(t) for t in data.get("next_anchor_texts", [])
+                ],
             )
         except KeyError as exc:
             raise ValueError(f"gigpo turn record lacks {exc.args[0]!r}") from None
