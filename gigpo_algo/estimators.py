@@ -101,6 +101,11 @@ def check_settings(
                 f"{prefix}{name}={value!r} is not used by {estimator_name}={estimator!r} "
                 f"(it reads {[prefix + r for r in reads if r != 'eps']}); remove it"
             )
+    if estimator in ("hgpo", "graphgpo") and settings.get("norm") not in (None, *FAMILY_NORMS):
+        raise ValueError(
+            f"{prefix}norm={settings['norm']!r} is not defined for {estimator_name}="
+            f"{estimator!r}; use one of {FAMILY_NORMS}"
+        )
     for name, allowed in (
         ("norm", NORMS),
         ("episode_stats", STATS),
@@ -109,11 +114,6 @@ def check_settings(
         value = settings.get(name)
         if value is not None and value not in allowed:
             raise ValueError(f"{prefix}{name} must be one of {allowed}, got {value!r}")
-    if estimator in ("hgpo", "graphgpo") and settings.get("norm") not in (None, *FAMILY_NORMS):
-        raise ValueError(
-            f"{prefix}norm={settings['norm']!r} is not defined for {estimator_name}="
-            f"{estimator!r}; use one of {FAMILY_NORMS}"
-        )
     for name in ("base_group", "normalize_distance"):
         value = settings.get(name)
         if value is not None and not isinstance(value, bool):
@@ -272,8 +272,8 @@ def estimator_advantages(
         anchors: shape (N,): needed by gigpo, hgpo and graphgpo (keys, or state texts with
             ``similarity``); ignored otherwise.
         step_group_ids: shape (N,), or None: step groups already formed from ``anchors``
-            (see :func:`gigpo_advantages`); read by gigpo and hgpo (graphgpo forms its own
-            exact-anchor step groups, and merges similar states in its graph only).
+            (see :func:`gigpo_advantages`); read by gigpo, hgpo and graphgpo (whose own are
+            exact-anchor step groups: its threshold merges states in its graph only).
         next_anchors: shape (N,): the state each row led to; graphgpo only (needed there).
         success: bool, shape (N,), or None; graphgpo only (see :func:`graphgpo_advantages`).
         **settings: keyword arguments of the estimator; a value of None means "the
@@ -316,6 +316,7 @@ def estimator_advantages(
             next_anchors,
             is_action_valid=is_action_valid,
             success=success,
+            step_group_ids=step_group_ids,
             **given,
         )
     if estimator == "grpo":

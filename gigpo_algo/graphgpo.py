@@ -270,7 +270,10 @@ def _node_codes(
     both = [x for x, k in zip(both, keep.tolist(), strict=True) if k]
     groups = np.repeat(ep.groups, 2)[keep]
     if similarity is None:
-        codes, num = _anchor_codes(both, len(both))
+        try:
+            codes, num = _anchor_codes(both, len(both))
+        except ValueError as exc:
+            raise ValueError(f"anchors and next_anchors: {exc}") from None
         codes = combine_codes(groups, ep.num_groups, codes, num)[0]
     else:
         codes = step_group_codes(
@@ -282,12 +285,23 @@ def _node_codes(
 
 
 def _as_list(x: Any, name: str, n: int) -> list[Any]:
-    """One entry per row as a list (a 2-D array gives its rows)."""
+    """One entry per row as a list; a 2-D array gives its rows, and every array state
+    becomes the flat list of its values, so that a state compares equal whether it came as
+    an array row, an array or a list (as verl-agent's ``to_hashable`` makes them all
+    tuples)."""
     x = to_numpy(x)
     if isinstance(x, np.ndarray):
-        x = list(x) if x.ndim > 1 else x.tolist()
+        x = x.reshape(len(x), -1).tolist() if x.ndim > 1 else x.tolist()
     elif isinstance(x, str | bytes) or not hasattr(x, "__len__"):
         raise ValueError(f"{name} must be a sequence with one state per row, got {type(x)}")
     if len(x) != n:
         raise ValueError(f"{name} has length {len(x)}, expected {n}")
-    return list(x)
+    out = []
+    for state in x:
+        state = to_numpy(state)
+        if isinstance(state, np.ndarray):
+            state = state.ravel().tolist()
+        elif state is None:
+            raise ValueError(f"{name} holds None: every row needs a state")
+        out.append(state)
+    return out

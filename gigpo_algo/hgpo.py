@@ -58,7 +58,8 @@ FAMILY_NORMS = ("mean", "mean_std")
 
 
 class HGPOResult(NamedTuple):
-    """Output of :func:`hgpo_advantages`; N rows, K = ``history_length + 1`` levels."""
+    """Output of :func:`hgpo_advantages`; N rows, K = ``history_length + 1`` levels (fewer
+    when every trajectory is shorter)."""
 
     advantages: Any
     """Shape (N,): the weighted mean of the row's items (its groups' advantages, and A_E
@@ -75,7 +76,9 @@ class HGPOResult(NamedTuple):
     """int64 (N,): the level-1 group of each row (GiGPO's step group)."""
     level_group_ids: np.ndarray
     """int64 (K, N): row k-1 holds each row's level-k group (numbered per level in order of
-    first appearance), -1 where the row has fewer than k states of history."""
+    first appearance), -1 where the row has fewer than k states of history. K is
+    ``history_length + 1``, or the longest trajectory's length where that is shorter (the
+    deeper levels would hold no row)."""
     level_sizes: np.ndarray
     """int64 (K, N): the number of members of that group, 0 where there is none."""
     level_advantages: np.ndarray
@@ -121,7 +124,8 @@ def hgpo_advantages(
         anchors: shape (N,): the state each row's action was taken from (keys; with
             ``similarity``, texts), as for :func:`gigpo_algo.advantages.gigpo_advantages`.
         history_length: earlier states a group may share (verl-agent: ``env.history_length``,
-            the prompt's history window); K = ``history_length + 1`` levels.
+            the prompt's history window); K = ``history_length + 1`` levels (at most the
+            longest trajectory's length: deeper levels would hold no row).
         gamma: discount in [0, 1] of the returns (verl-agent: ``algorithm.gamma``).
         norm: ``"mean_std"`` (verl-agent's mean_std_norm, the default) or ``"mean"``
             (mean_norm), for the levels and the base group alike.
@@ -174,11 +178,19 @@ def hgpo_advantages(
         states = _given_step_groups(step_group_ids, ep, similarity, similarity_metric)
     n = len(ep.rewards)
     returns = _discounted_returns(ep.rewards, ep.traj_codes, float(gamma)) - ep.penalties
-    levels = history_length + 1
+    steps, prev = trajectory_steps(ep.traj_codes)
+    # Levels past the longest trajectory hold no row: K stops there.
+    levels = min(int(history_length) + 1, int(steps.max()) + 1 if n else 1)
+    with np.errstate(over="ignore"):
+        weights = (np.arange(1, levels + 1, dtype=np.float64) + 1.0) ** float(length_alpha)
+    if not np.isfinite(weights).all():
+        raise ValueError(
+            f"length_alpha={length_alpha!r} is too large: the level weights (k + 1) ** "
+            f"length_alpha overflow for k up to {levels}"
+        )
     level_ids = np.full((levels, n), -1, dtype=np.int64)
     sizes = np.zeros((levels, n), dtype=np.int64)
     level_adv = np.full((levels, n), np.nan)
-    prev = trajectory_steps(ep.traj_codes)[1]
     key, num_keys = factorize_ints(states) if n else (states, 0)
     member = np.arange(n)  # rows in this level; ``back`` is each one's oldest state's row
     back = member.copy()
@@ -194,7 +206,6 @@ def hgpo_advantages(
         sizes[k, member] = counts[key]
         a = normalize_in_groups(returns[member], key, num_keys, norm, float(eps), ddof=0)
         level_adv[k, member] = np.where(counts[key] >= 2, a, np.nan)
-    weights = (np.arange(1, levels + 1, dtype=np.float64) + 1.0) ** float(length_alpha)
     step_only = _weighted_mean(level_adv, weights, drop_zero, float(eps))
     if base_group:
         items = np.vstack([ep.advantages[None, :], level_adv])
@@ -262,7 +273,7 @@ def _weighted_mean(items: np.ndarray, weights: np.ndarray, drop_zero: bool, eps:
     w = np.where(present, weights[:, None], 0.0)
     total = w.sum(axis=0)
     num = (w * np.where(present, items, 0.0)).sum(axis=0)
-    return np.where(total > 0, num / (total + eps), 0.0)
+    return np.divide(num, total + eps, out=np.zeros_like(num), where=total > 0)
 
 
 def trajectory_steps(traj_codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -31,9 +31,9 @@ Record (schema versions 1 and 2; names are :mod:`gigpo_algo`'s argument names, s
 ``anchor_text``           str or null, that state's text (similarity grouping; bounded)
 ``step_group_id``         int, the step group of the record (same anchor, same task)
 ``episode_advantage``     float, A_E: the episode score against its episode group
-``step_advantage``        float, A_S: the discounted return against its step group
-``advantage``             float, A = A_E + step_weight * A_S (the value trained on)
-``return``                float, the discounted return from this step (after penalties)
+``step_advantage``        float, A_S (GiGPO: the return against its step group; HGPO: its levels)
+``advantage``             float, the value trained on (GiGPO: A_E + step_weight * A_S)
+``return``                float, the step's return after penalties (GraphGPO: 10 gamma^d)
 ========================  =====================================================================
 
 Optional keys (absent from older files): ``next_anchor`` (str) and ``next_anchor_text`` (str

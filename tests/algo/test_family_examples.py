@@ -309,3 +309,41 @@ def test_family_bad_input_names_the_argument(call, match):
 def test_family_empty_batch():
     assert len(hgpo_advantages([], [], [], []).advantages) == 0
     assert len(graphgpo_advantages([], [], [], [], []).advantages) == 0
+
+
+def test_graphgpo_a_state_is_one_node_whatever_container_it_comes_in():
+    # The same states as array rows and as tuples: verl-agent makes both tuples.
+    states = np.array([[0, 0], [0, 1], [1, 1], [0, 0], [0, 1], [2, 2]])
+    nxt = np.array([[0, 1], [1, 1], [9, 9], [0, 1], [2, 2], [3, 3]])
+    rewards, traj = [0, 0, 10, 0, 0, 0], [0, 0, 0, 1, 1, 1]
+    arrays = graphgpo_advantages(rewards, traj, [0] * 6, states, nxt)
+    tuples = graphgpo_advantages(rewards, traj, [0] * 6, states, [tuple(x) for x in nxt])
+    assert arrays.next_distances.tolist() == [2, 1, 0, 2, 4, 4]
+    np.testing.assert_array_equal(tuples.next_distances, arrays.next_distances)
+    listed = graphgpo_advantages(rewards, traj, [0] * 6, list(states), list(nxt))
+    np.testing.assert_array_equal(listed.next_distances, arrays.next_distances)
+    with pytest.raises(ValueError, match="next_anchors holds None"):
+        graphgpo_advantages(rewards, traj, [0] * 6, states, [None] * 6)
+
+
+def test_hgpo_levels_stop_at_the_longest_trajectory_and_huge_alpha_is_refused():
+    out = hgpo_advantages([1, 2, 3], [0, 0, 1], [0] * 3, ["a", "b", "a"], history_length=10**12)
+    assert out.level_group_ids.shape == (2, 3)
+    same = hgpo_advantages([1, 2, 3], [0, 0, 1], [0] * 3, ["a", "b", "a"], history_length=1)
+    np.testing.assert_array_equal(out.advantages, same.advantages)
+    with pytest.raises(ValueError, match="length_alpha=1000.0 is too large"):
+        hgpo_advantages([1, 2], [0, 0], [0, 0], ["a", "b"], length_alpha=1000.0)
+
+
+def test_estimator_by_name_passes_graphgpos_step_groups_through():
+    by_name = estimator_advantages(
+        "graphgpo", G_REWARDS, G_TRAJ, [0] * 8, G_ANCHORS, next_anchors=G_NEXT,
+        step_group_ids=[0] * 8,
+    )  # fmt: skip
+    direct = graphgpo_advantages(
+        G_REWARDS, G_TRAJ, [0] * 8, G_ANCHORS, G_NEXT, step_group_ids=[0] * 8
+    )
+    np.testing.assert_array_equal(by_name.advantages, direct.advantages)
+    wanted = r"norm='x' is not defined .* use one of \('mean', 'mean_std'\)$"
+    with pytest.raises(ValueError, match=wanted):
+        estimator_advantages("graphgpo", [1], [0], [0], ["a"], next_anchors=["b"], norm="x")

@@ -4,6 +4,7 @@ real samples generator: test_openrlhf_real.py::test_dynamic_filtering_*."""
 
 from __future__ import annotations
 
+import dataclasses
 from types import SimpleNamespace
 
 import pytest
@@ -135,3 +136,17 @@ def test_hgpo_without_base_group_trains_no_episode_term_so_its_filter_ignores_it
     assert group_has_signal(lone, EstimatorSettings(estimator="hgpo", base_group=True))
     assert group_has_signal(lone, EstimatorSettings(estimator="gigpo"))
     assert group_has_signal(_step_signal_only("b"), EstimatorSettings(estimator="hgpo"))
+
+
+def test_graphgpo_levels_weighted_zero_do_not_keep_a_group():
+    # Scores differ, every turn alone in its step group: only the episode level has a signal.
+    lone = [
+        dataclasses.replace(
+            _episode("e", f"t{i}", [f"s{i}"], [float(i % 2)]),
+            next_anchors=["end"],
+            next_anchor_texts=[None],
+        )
+        for i in range(4)
+    ]
+    assert group_has_signal(lone, EstimatorSettings(estimator="graphgpo"))
+    assert not group_has_signal(lone, EstimatorSettings(estimator="graphgpo", episode_weight=0.0))

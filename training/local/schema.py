@@ -15,7 +15,13 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
-from training.settings import PPO_DEFAULTS, TRAINER_ESTIMATORS, EstimatorSettings, setting
+from training.settings import (
+    MAX_HISTORY_LENGTH,
+    PPO_DEFAULTS,
+    TRAINER_ESTIMATORS,
+    EstimatorSettings,
+    setting,
+)
 
 __all__ = [
     "DTYPES", "PPO_DEFAULTS", "REMOVED_KEYS", "RENAMED_KEYS", "TRAINER_ESTIMATORS",
@@ -264,7 +270,8 @@ def resolve_defaults(config: TrainConfig) -> TrainConfig:
     if algo.estimator == "hgpo" and algo.history_length is None:
         history = config.env.history_length
         if isinstance(history, int) and not isinstance(history, bool):
-            algo.history_length = history
+            # Levels deeper than an episode hold no step: past the cap, the same hierarchy.
+            algo.history_length = min(history, MAX_HISTORY_LENGTH)
     return config
 
 

@@ -67,6 +67,9 @@ def group_has_signal(records: Sequence[SampleTurns], settings: EstimatorSettings
     levels = [result.episode_advantages, result.step_advantages]
     if settings.estimator == "hgpo" and not settings.base_group:
         levels = [result.step_advantages]  # A_E is reported, not trained on
+    elif settings.estimator == "graphgpo":  # a level weighted 0 is not trained on
+        weights = (settings.episode_weight, settings.step_weight)
+        levels = [part for part, w in zip(levels, weights, strict=True) if w != 0.0]
     parts = np.column_stack(levels)
     return bool(filter_zero_advantage_groups(parts, steps.group_ids, atol=ATOL).any())
 
