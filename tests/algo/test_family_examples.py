@@ -347,3 +347,20 @@ def test_estimator_by_name_passes_graphgpos_step_groups_through():
     wanted = r"norm='x' is not defined .* use one of \('mean', 'mean_std'\)$"
     with pytest.raises(ValueError, match=wanted):
         estimator_advantages("graphgpo", [1], [0], [0], ["a"], next_anchors=["b"], norm="x")
+
+
+def test_family_embedding_similarity_merges_paraphrased_states():
+    # The packaged MiniLM-L6: two wordings of one door are one state; difflib's characters
+    # keep them apart at the same threshold.
+    door = "A long corridor ends at a red door, which is closed."
+    door2 = "At the end of a long corridor there is a closed red door."
+    anchors = ["You stand at the start.", door, "You stand at the start.", door2]
+    nxt = [door, "won", door2, "A dead end with nothing in it."]
+    rewards, traj = [0, 10, 0, 0], [0, 0, 1, 1]
+    kw = dict(similarity=0.9, similarity_metric="embedding")
+    dense = graphgpo_advantages(rewards, traj, [0] * 4, anchors, nxt, **kw)
+    chars = graphgpo_advantages(rewards, traj, [0] * 4, anchors, nxt, similarity=0.9)
+    assert dense.next_distances.tolist() == [1, 0, 1, 3]
+    assert chars.next_distances.tolist() == [1, 0, 3, 3]
+    h = hgpo_advantages(rewards, traj, [0] * 4, anchors, history_length=1, **kw)
+    assert h.level_sizes.tolist() == [[2, 2, 2, 2], [0, 2, 0, 2]]
