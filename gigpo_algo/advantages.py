@@ -229,19 +229,9 @@ def gigpo_advantages(
     )
     _check_unit_interval(gamma, "gamma")
     _check_finite(step_weight, "step_weight")
-    if step_group_ids is None:
-        if anchors is None:
-            raise ValueError("gigpo_advantages needs anchors (or step_group_ids)")
-        step_ids = step_group_codes(
-            anchors,
-            ep.groups,
-            ep.num_groups,
-            similarity,
-            similarity_metric,
-            metric_name="similarity_metric",
-        )
-    else:
-        step_ids = _given_step_groups(step_group_ids, ep, similarity, similarity_metric)
+    step_ids = _step_groups(
+        anchors, step_group_ids, ep, similarity, similarity_metric, "gigpo_advantages"
+    )
     returns = _discounted_returns(ep.rewards, ep.traj_codes, float(gamma)) - ep.penalties
     num_step_groups = int(step_ids.max()) + 1 if len(returns) else 0
     a_s = normalize_in_groups(returns, step_ids, num_step_groups, norm, eps)
@@ -252,6 +242,31 @@ def gigpo_advantages(
         step_advantages=wrap(a_s),
         returns=wrap(returns),
         step_group_ids=step_ids,
+    )
+
+
+def _step_groups(
+    anchors: Any,
+    step_group_ids: Any,
+    ep: EpisodeLevel,
+    similarity: Any,
+    similarity_metric: str,
+    caller: str,
+) -> np.ndarray:
+    """int64 (N,) step-group codes: ``step_group_ids`` checked (:func:`_given_step_groups`)
+    when given, else formed from ``anchors`` within the episode groups (``caller`` names the
+    function in the error when both are None)."""
+    if step_group_ids is not None:
+        return _given_step_groups(step_group_ids, ep, similarity, similarity_metric)
+    if anchors is None:
+        raise ValueError(f"{caller} needs anchors (or step_group_ids)")
+    return step_group_codes(
+        anchors,
+        ep.groups,
+        ep.num_groups,
+        similarity,
+        similarity_metric,
+        metric_name="similarity_metric",
     )
 
 
@@ -429,6 +444,11 @@ def _to_bool(x: Any, name: str, n: int) -> np.ndarray:
     if arr.dtype.kind in "iuf" and np.isin(arr, (0, 1)).all():
         return arr.astype(bool)
     raise ValueError(f"{name} must hold booleans (or 0/1), got dtype {arr.dtype}")
+
+
+def _check_bool(x: Any, name: str) -> None:
+    if not isinstance(x, bool | np.bool_):
+        raise ValueError(f"{name} must be a bool, got {x!r}")
 
 
 def _check_finite(x: Any, name: str) -> None:

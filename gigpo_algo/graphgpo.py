@@ -40,9 +40,10 @@ import numpy as np
 from gigpo_algo._arrays import check_eps, factorize_ints, to_numpy
 from gigpo_algo._grouped import combine_codes, normalize_in_groups
 from gigpo_algo.advantages import (
+    _check_bool,
     _check_finite,
     _check_unit_interval,
-    _given_step_groups,
+    _step_groups,
     _to_bool,
 )
 from gigpo_algo.grouping import _anchor_codes, step_group_codes
@@ -141,8 +142,7 @@ def graphgpo_advantages(
     _check_unit_interval(gamma, "gamma")
     for name, value in (("step_weight", step_weight), ("episode_weight", episode_weight)):
         _check_finite(value, name)
-    if not isinstance(normalize_distance, bool | np.bool_):
-        raise ValueError(f"normalize_distance must be a bool, got {normalize_distance!r}")
+    _check_bool(normalize_distance, "normalize_distance")
     check_eps(eps)
     if anchors is None or next_anchors is None:
         raise ValueError("graphgpo_advantages needs anchors and next_anchors")
@@ -153,10 +153,8 @@ def graphgpo_advantages(
     nodes, next_nodes = _node_codes(
         anchors, next_anchors, to_goal, ep, similarity, similarity_metric
     )
-    if step_group_ids is None:
-        steps = step_group_codes(anchors, ep.groups, ep.num_groups, None, "difflib")
-    else:
-        steps = _given_step_groups(step_group_ids, ep, None, "difflib")
+    # Exact step groups: a similarity threshold merges graph nodes only.
+    steps = _step_groups(anchors, step_group_ids, ep, None, "difflib", "graphgpo_advantages")
     dist, next_dist = graph_distances(nodes, next_nodes, ep.groups, ep.num_groups)
     exponent = next_dist - dist + 1.0 if normalize_distance else next_dist
     returns = GOAL_RETURN * float(gamma) ** exponent - ep.penalties

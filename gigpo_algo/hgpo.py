@@ -36,13 +36,13 @@ from gigpo_algo._arrays import check_eps, factorize_ints
 from gigpo_algo._grouped import combine_codes, normalize_in_groups
 from gigpo_algo.advantages import (
     EpisodeLevel,
+    _check_bool,
     _check_finite,
     _check_unit_interval,
     _discounted_returns,
-    _given_step_groups,
+    _step_groups,
     episode_level,
 )
-from gigpo_algo.grouping import step_group_codes
 
 __all__ = [
     "FAMILY_NORMS",
@@ -158,24 +158,12 @@ def hgpo_advantages(
     _check_finite(length_alpha, "length_alpha")
     if length_alpha < 0:
         raise ValueError(f"length_alpha must be >= 0, got {length_alpha!r}")
-    if not isinstance(base_group, bool | np.bool_):
-        raise ValueError(f"base_group must be a bool, got {base_group!r}")
-    if not isinstance(drop_zero, bool | np.bool_):
-        raise ValueError(f"drop_zero must be a bool, got {drop_zero!r}")
+    _check_bool(base_group, "base_group")
+    _check_bool(drop_zero, "drop_zero")
     check_eps(eps)
-    if step_group_ids is None:
-        if anchors is None:
-            raise ValueError("hgpo_advantages needs anchors (or step_group_ids)")
-        states = step_group_codes(
-            anchors,
-            ep.groups,
-            ep.num_groups,
-            similarity,
-            similarity_metric,
-            metric_name="similarity_metric",
-        )
-    else:
-        states = _given_step_groups(step_group_ids, ep, similarity, similarity_metric)
+    states = _step_groups(
+        anchors, step_group_ids, ep, similarity, similarity_metric, "hgpo_advantages"
+    )
     n = len(ep.rewards)
     returns = _discounted_returns(ep.rewards, ep.traj_codes, float(gamma)) - ep.penalties
     steps, prev = trajectory_steps(ep.traj_codes)
