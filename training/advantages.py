@@ -134,7 +134,8 @@ def critic_free_advantages(
     and HGPO's first level read ``groups`` (:func:`step_groups` of the same records and
     settings; formed here when None), HGPO's deeper levels the trajectories' earlier rows.
     GraphGPO reads each row's state and next state (``records.next_anchors``; with a
-    similarity threshold the states' texts), and forms its own exact step groups.
+    similarity threshold the states' texts) for its graph, and ``groups`` (exact, under
+    graphgpo) for its step level.
 
     Raises:
         ValueError: graphgpo on records without next states (written before they were
@@ -162,8 +163,8 @@ def critic_free_advantages(
         common.update(anchors=anchors, next_anchors=after)
         if settings.success == "won":
             common.update(success=_won_episodes(records))
-    else:
-        common.update(step_group_ids=groups)
+    # Under graphgpo, step_groups forms the exact groups its step level reads: not twice.
+    common.update(step_group_ids=groups)
     result = estimator_advantages(
         settings.estimator,
         np.asarray(records.rewards, dtype=np.float64),
