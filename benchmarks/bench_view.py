@@ -29,8 +29,8 @@ import numpy as np
 import gigpo_envs  # noqa: F401  (registers the envs)
 from gigpo_algo.advantages import gigpo_advantages
 from gigpo_envs.alfworld.generate import generate_games
-from training.cli.view import write_page
 from training.record_files import rollout_files, rollout_rows, write_rollouts
+from training.viewer.page import write_page
 
 
 def emit(record: dict) -> None:

@@ -30,7 +30,7 @@ from gigpo_envs.arguments import SEED_MAX, check_int, check_seed
 def _make_env(
     env_id: str, env_kwargs: dict[str, Any], wrappers: tuple[Callable[[gym.Env], gym.Env], ...]
 ) -> gym.Env:
-    import gigpo_envs  # noqa: F401  (registers the gigpo/ ids in worker processes too)
+    import gigpo_envs.registration  # noqa: F401  (registers the gigpo/ ids in worker processes too)
 
     env = gym.make(env_id, **env_kwargs)
     for wrapper in wrappers:

@@ -139,6 +139,16 @@ def test_console_scripts_and_top_level_modules(installed):
     done = _run([str(installed["venv"] / "bin" / "gigpo-evaluate"), "--list-suites"],
                 cwd=installed["cwd"])  # fmt: skip
     assert "alfworld-valid-unseen: " in done.stdout and "webshop-gen-v1: " in done.stdout
+    # The documented ``python -m`` commands, whose code moved into packages of their own
+    # (viewer, evaluation, study), run from the wheel; the study finds its shipped files.
+    for module in ("training.study", "training.cli.view", "training.cli.evaluate"):
+        done = _run([str(installed["python"]), "-m", module, "--help"], cwd=installed["cwd"])
+        assert "usage" in done.stdout.lower(), module
+    refused = subprocess.run(
+        [str(installed["python"]), "-m", "training.study", "--study", "no-such-study"],
+        cwd=installed["cwd"], capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert refused.returncode == 2 and "['paper']" in refused.stderr, refused.stderr
     # A folder of the user's own named ``training`` shadows ours for ``python -m training.*``
     # run from there, not for the console scripts (docs/design.md, "Installed modules").
     (installed["cwd"] / "training").mkdir(exist_ok=True)

@@ -85,7 +85,7 @@ def test_the_critic_and_other_families(tiny_model_dir):
     """The critic's body is switched; a family whose attention differs (GPT-2) is not."""
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    from training.local.critic import load_critic
+    from training.local.model import load_critic
 
     critic = load_critic(tiny_model_dir, "float32")
     assert use_cpu_bf16_attention(critic)

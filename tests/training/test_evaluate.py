@@ -14,7 +14,8 @@ import pytest
 from sample_data import sample_dir
 
 import gigpo_envs  # noqa: F401  (registers the ids)
-from training.cli.evaluate import REACT_INSTRUCTION, main
+from training.cli.evaluate import main
+from training.evaluation.heldout import REACT_INSTRUCTION
 from training.local.checkpoint import read_checkpoint
 from training.local.config import load_config
 from training.stats import wilson_interval
@@ -126,7 +127,7 @@ def test_a_run_directory_gives_the_trainers_own_held_out_numbers(
     # The checkpoint's weights, not the base model's.
     import torch
 
-    from training.cli.evaluate import load_policy
+    from training.evaluation.heldout import load_policy
 
     config = load_config(run / "config.json")
     policy, _, path = load_policy(str(run), config, tmp_path / "o")
@@ -148,7 +149,7 @@ def test_react_prompt_asks_to_reason_first_and_prefills_think(tiny_model_dir, tm
     assert summary["prompt"] == "react" and summary["max_new_tokens"] == 6
     assert all(s["action"].startswith("<think>") for e in episodes for s in e["steps"])
 
-    from training.cli.evaluate import EvalSettings, prompt_config
+    from training.evaluation.heldout import EvalSettings, prompt_config
     from training.local.play import config_envs
 
     config = prompt_config(load_config(None, NUMBERLINE), EvalSettings(episodes=1, prompt="react"))

@@ -1,5 +1,6 @@
-"""The shape of ``training/`` (docs/design.md, "Layout"): small files, and a local trainer
-that only its own modules and the command-line entry points import."""
+"""The shape of the code (docs/design.md, "Layout" and "Direction of dependencies"): small
+files in ``training/``, no import cycle anywhere, and imports only in the stated direction,
+between the top-level packages and between ``training/``'s layers."""
 
 from __future__ import annotations
 
@@ -39,38 +40,152 @@ def test_no_training_module_is_over_the_line_bound():
     assert not long, f"over {MAX_LINES} lines: {long}"
 
 
-def test_only_the_local_trainer_and_the_entry_points_import_it():
-    allowed = (REPO / "training" / "local", REPO / "training" / "cli")
-    offenders = []
-    for package in PACKAGES:
-        for path in _modules(package):
-            if any(path.is_relative_to(folder) for folder in allowed):
-                continue
-            bad = sorted(n for n in _imported(path) if n == "training.local" or
-                         n.startswith("training.local."))  # fmt: skip
-            if bad:
-                offenders.append(f"{path.relative_to(REPO)}: {bad}")
-    assert not offenders, "\n".join(offenders)
+#: Which top-level package may import which (docs/design.md, "Direction of dependencies").
+TOP_ALLOWED = {
+    "gigpo_algo": set(),
+    "retrieval_server": set(),
+    "gigpo_envs": {"retrieval_server"},
+    "training": {"gigpo_algo", "gigpo_envs", "retrieval_server"},
+}
+#: training/'s layers, lowest first (docs/design.md, "Direction of dependencies"): a module
+#: imports its own package and the layers below, never a sibling of its layer nor a layer
+#: above. "training" is the shared modules at its top (records, settings, advantages, ...).
+TRAINING_LAYERS = (
+    ("training",),
+    ("training.local", "training.openrlhf"),
+    ("training.viewer", "training.evaluation", "training.study"),
+    ("training.cli",),
+)
 
 
-def test_the_check_above_sees_imports_inside_functions(tmp_path):
-    # The rule above can fail: a function-level import is found like a top-level one.
-    module = tmp_path / "m.py"
-    module.write_text("def f():\n    from training.local.train import train\n")
-    assert "training.local.train" in _imported(module)
+def _module_name(root: Path, path: Path) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def test_the_shared_layers_import_no_trainer():
-    """records, settings, advantages, stats, record_files, text and files are what both
-    trainers build on: they import neither trainer."""
-    shared = ("records", "settings", "advantages", "stats", "record_files", "text", "files")
-    for name in shared:
-        imports = _imported(REPO / "training" / f"{name}.py")
-        bad = sorted(n for n in imports if n.startswith(("training.local", "training.openrlhf")))
-        assert not bad, f"training/{name}.py imports {bad}"
+def _graph(root: Path, packages: tuple[str, ...]) -> dict[str, set[str]]:
+    """Module -> the modules of ``packages`` it imports (at the top or inside functions),
+    for every module under ``root/<package>``."""
+    paths = {
+        _module_name(root, p): p for pkg in packages for p in sorted((root / pkg).rglob("*.py"))
+    }
+    return {
+        name: {n for n in _imported(path) if n in paths and n != name}
+        for name, path in paths.items()
+    }
 
 
-@pytest.mark.parametrize("folder", ["local", "openrlhf", "cli"])
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The import cycles of ``graph``: its strongly connected components of more than one
+    module (Tarjan's algorithm), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in sorted(graph.get(node, ())):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                top = stack.pop()
+                on_stack.discard(top)
+                component.append(top)
+                if top == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def _layer(module: str) -> tuple[int, str]:
+    """(layer, package) of a training module: its subpackage's layer, or 0 at the top."""
+    parts = module.split(".")
+    package = (
+        ".".join(parts[:2])
+        if len(parts) > 2 or (REPO / "training" / parts[-1]).is_dir()
+        else "training"
+    )
+    for level, names in enumerate(TRAINING_LAYERS):
+        if package in names:
+            return level, package
+    raise AssertionError(f"{module}: training.{parts[1]} has no layer in TRAINING_LAYERS")
+
+
+def _wrong_way(graph: dict[str, set[str]]) -> list[str]:
+    """Every import against the stated direction: between top-level packages
+    (:data:`TOP_ALLOWED`), and inside training/ to a sibling or a layer above
+    (:data:`TRAINING_LAYERS`). A ``__main__`` module is an entry point (nothing imports it):
+    it may import any layer."""
+    bad = []
+    for module, imports in sorted(graph.items()):
+        top = module.split(".")[0]
+        for name in sorted(imports):
+            other = name.split(".")[0]
+            if other != top and other not in TOP_ALLOWED[top]:
+                bad.append(f"{module} imports {name}")
+            elif top == other == "training" and not module.endswith(".__main__"):
+                (mine, package), (theirs, their_package) = _layer(module), _layer(name)
+                if theirs > mine or (theirs == mine and their_package != package):
+                    bad.append(f"{module} (layer {mine}) imports {name} (layer {theirs})")
+    return bad
+
+
+def test_no_import_cycle():
+    cycles = _cycles(_graph(REPO, PACKAGES))
+    assert not cycles, "import cycles (imports inside functions count):\n" + "\n".join(
+        " <-> ".join(c) for c in cycles
+    )
+
+
+def test_imports_follow_the_stated_direction():
+    bad = _wrong_way(_graph(REPO, PACKAGES))
+    assert not bad, "\n".join(bad)
+
+
+def test_every_training_package_has_a_layer():
+    packages = {
+        f"training.{p.name}" for p in (REPO / "training").iterdir() if (p / "__init__.py").is_file()
+    }
+    assert packages == {name for names in TRAINING_LAYERS for name in names} - {"training"}
+
+
+def test_the_checks_above_can_fail(tmp_path):
+    # A cycle through a function-level import, and an import of a layer above, are found.
+    (tmp_path / "training" / "local").mkdir(parents=True)
+    (tmp_path / "training" / "cli").mkdir()
+    for folder in ("training", "training/local", "training/cli"):
+        (tmp_path / folder / "__init__.py").write_text("")
+    (tmp_path / "training" / "records.py").write_text(
+        "def f():\n    from training.stats import g\n"
+    )
+    (tmp_path / "training" / "stats.py").write_text("from training.records import f\n")
+    (tmp_path / "training" / "local" / "train.py").write_text("import training.cli.view\n")
+    (tmp_path / "training" / "cli" / "view.py").write_text("from training.local.train import x\n")
+    graph = _graph(tmp_path, ("training",))
+    assert _cycles(graph) == [
+        ["training.cli.view", "training.local.train"],
+        ["training.records", "training.stats"],
+    ]
+    assert _wrong_way(graph) == [
+        "training.local.train (layer 1) imports training.cli.view (layer 3)"
+    ]
+
+
+@pytest.mark.parametrize("folder", ["local", "openrlhf", "cli", "viewer", "evaluation", "study"])
 def test_each_package_docstring_names_its_modules(folder):
     import importlib
 

@@ -11,8 +11,14 @@ import torch
 from gigpo_algo.losses import AGGREGATIONS
 from training.local.batch import micro_batches, minibatch_denominators
 from training.local.config import AlgoConfig
-from training.local.critic import load_critic, ppo_targets
-from training.local.model import checkpointing, enable_checkpointing, load_model, load_tokenizer
+from training.local.critic import ppo_targets
+from training.local.model import (
+    checkpointing,
+    enable_checkpointing,
+    load_critic,
+    load_model,
+    load_tokenizer,
+)
 from training.local.policy import policy_update
 from training.local.rollout import collect, make_envs
 from training.records import StepRecords

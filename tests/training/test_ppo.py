@@ -12,8 +12,9 @@ import torch
 from training.local.batch import make_batch
 from training.local.checkpoint import read_checkpoint
 from training.local.config import ConfigError, load_config
-from training.local.critic import load_critic, ppo_targets, record_values, token_values
+from training.local.critic import ppo_targets, record_values, token_values
 from training.local.metrics import read_metrics
+from training.local.model import load_critic
 from training.local.train import train
 from training.records import StepRecords
 

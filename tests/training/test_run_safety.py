@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from training.cli.evaluate import main as evaluate_main
-from training.cli.evaluate import resolve_model
+from training.evaluation.heldout import resolve_model
 from training.local.checkpoint import (
     UnsafeCheckpointError,
     find_checkpoint,

@@ -16,10 +16,10 @@ import pytest
 from sample_data import sample_dir
 
 from training.cli.evaluate import main
-from training.cli.suite_data import prepare_data
-from training.cli.suite_run import read_rows, suite_tasks
-from training.cli.suite_table import ALFWORLD_COLUMNS, summarize
-from training.cli.suites import LAYOUTS, SuiteError, load_suite, set_roots, suite_names
+from training.evaluation.data import prepare_data
+from training.evaluation.run import read_rows, suite_tasks
+from training.evaluation.suites import LAYOUTS, SuiteError, load_suite, set_roots, suite_names
+from training.evaluation.table import ALFWORLD_COLUMNS, summarize
 
 SEARCHQA = sample_dir("searchqa", "wiki_sample_1000.jsonl")
 
@@ -200,7 +200,7 @@ def test_compare_puts_runs_side_by_side_and_refuses_other_suites(tiny_model_dir,
 
 
 def test_sign_test_and_paired_difference_by_hand():
-    from training.cli.suite_table import paired_line, sign_test
+    from training.evaluation.table import paired_line, sign_test
 
     assert sign_test(10, 2) == pytest.approx(2 * (1 + 12 + 66) / 4096)
     assert sign_test(0, 6) == pytest.approx(2 / 64) and sign_test(3, 0) == pytest.approx(0.25)

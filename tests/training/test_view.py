@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from gigpo_algo.advantages import gigpo_advantages
-from training.cli.view import build_page, main
+from training.cli.view import main
 from training.local.metrics import read_metrics
 from training.local.train import train
 from training.openrlhf.estimator import (
@@ -38,6 +38,7 @@ from training.record_files import (
     write_rollouts,
 )
 from training.records import StepRecords
+from training.viewer.page import build_page
 
 SOKOBAN = ["--env.kwargs={dim_room: [6, 6], num_boxes: 1, max_steps: 3}"]
 

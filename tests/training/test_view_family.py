@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 
 from gigpo_algo.advantages import gigpo_advantages
-from training.cli.view import build_page
 from training.record_files import (
     NEXT_KEYS,
     RECORD_KEYS,
@@ -23,6 +22,7 @@ from training.record_files import (
     write_rollouts,
 )
 from training.records import StepRecords
+from training.viewer.page import build_page
 
 # two groups: trajectories 0 and 1 (group 0) start from s0; trajectory 2 (group 1)
 TRAJ = [0, 0, 1, 1, 2]

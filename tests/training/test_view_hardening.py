@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 
 from gigpo_algo.advantages import gigpo_advantages
-from training.cli.view import SCRIPT, build_page, main
+from training.cli.view import main
 from training.record_files import (
     SCHEMA,
     SCHEMA_VERSION,
@@ -36,6 +36,8 @@ from training.record_files import (
     rows_summary,
     write_rollouts,
 )
+from training.viewer.assets import SCRIPT
+from training.viewer.page import build_page
 
 # three trajectories in two groups; trajectories 0 and 1 both start from state s0
 TRAJ = [0, 0, 1, 1, 2]

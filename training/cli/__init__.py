@@ -1,21 +1,11 @@
-"""The command-line entry points that are not trainers, one module each:
+"""The command lines that are not the local trainer's (``python -m training.local``), one
+module each. Each only reads its arguments and calls into the package that does the work:
 
-- :mod:`training.cli.view`: a run's rollouts and curves as one HTML page (``gigpo-view``);
-- :mod:`training.cli.view_checks`: the viewer's checks of a run's rollout files;
-- :mod:`training.cli.view_html`: the HTML pieces of the viewer's page;
-- :mod:`training.cli.view_assets`: the inline style sheet and script of the viewer's page;
-- :mod:`training.cli.evaluate`: held-out tasks of any gigpo env played by any model
-  (``gigpo-evaluate``);
-- :mod:`training.cli.evaluate_suite`: ``gigpo-evaluate --suite``, a pinned suite played
-  and tabled;
-- :mod:`training.cli.suites`: the suite files (``training/suites/``), checked key by key;
-- :mod:`training.cli.suite_data`: a suite's data, generated once, hashed and checked;
-- :mod:`training.cli.suite_run`: a suite's tasks played in batches, resumably;
-- :mod:`training.cli.suite_table`: a suite's cells with intervals, the paper-layout table;
-- :mod:`training.cli.study`: one recipe trained under several arms (estimator + settings)
-  and seeds (``python -m training.study``);
-- :mod:`training.cli.study_plan`: the study's arms, parts, study files and runs;
-- :mod:`training.cli.study_report`: the study's arm tables, paired differences and curves;
-- :mod:`training.cli.quickstart`: GiGPO on SmolLM2-135M-Instruct, on CPU, in minutes
-  (``gigpo-quickstart``).
+- :mod:`training.cli.view`: ``gigpo-view``, a run as one HTML page (:mod:`training.viewer`);
+- :mod:`training.cli.evaluate`: ``gigpo-evaluate``, held-out tasks and pinned suites played
+  by any model (:mod:`training.evaluation`);
+- :mod:`training.cli.study`: ``python -m training.study``, one recipe under several arms
+  and seeds (:mod:`training.study`);
+- :mod:`training.cli.quickstart`: ``gigpo-quickstart``, GiGPO on SmolLM2-135M-Instruct on
+  CPU in minutes (the local trainer with ``training/configs/quickstart.yaml``).
 """

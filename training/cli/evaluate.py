@@ -1,197 +1,34 @@
-"""``python -m training.cli.evaluate``: play N held-out tasks of any gigpo env with any model.
+"""``gigpo-evaluate`` (``python -m training.cli.evaluate``): held-out tasks of any gigpo env
+played by any model (:mod:`training.evaluation.heldout`); with ``--suite NAME`` a pinned
+evaluation suite played and tabled (:mod:`training.evaluation.suite`); ``--compare DIR...``
+tables several suite runs; ``--list-suites`` names the shipped suites. Any
+``--section.key=value`` overrides the config, as for the trainer.
 
-The tasks are the trainer's held-out evaluation tasks: the first N seeds of
-:meth:`training.local.tasks.TaskSplit.heldout_seeds` for the config's env, kwargs,
-``env.heldout_fraction`` and ``run.seed``, so with N = ``eval.groups`` and greedy
-decoding the numbers are the ones the trainer logs as ``eval_*`` (tested). One rollout per
-task.
-
-The model is a run directory of ours (its ``config.json`` and ``checkpoint/``: the trained
-weights; the run's config is then the default config), ``smollm2``, ``tiny-random`` or a
-local Hugging Face model directory. Prompts are the config's (``--prompt template``: the
-env's template with the config's changes, as in training) or a ReAct-style variant
-(``--prompt react``: reason inside ``<think>`` first, then act; the answer starts with
-``<think>``). Any ``--section.key=value`` overrides the config, as for the trainer.
-
-With ``--suite NAME`` it plays a pinned evaluation suite instead and prints the paper's
-table (:mod:`training.cli.evaluate_suite`); ``--compare DIR...`` tables several suite runs;
-``--list-suites`` names the shipped suites.
-
-Writes ``summary.json`` (success rate with its 95% Wilson interval, mean return with its
-95% t interval, valid-action rate per step, mean episode length, the seeds) and
-``episodes.jsonl`` (one line per episode: seed, task, outcome and every step's observation,
-action, reward and validity) into ``--out``, and prints the summary as one JSON line.
+Held-out evaluation writes ``summary.json`` and ``episodes.jsonl`` into ``--out`` and prints
+the summary as one JSON line (stdout) and one sentence (stderr); a suite prints its table.
+This module only reads the command line.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import json
 import sys
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-import numpy as np
-
-from training.files import atomic_write_text
-from training.local.config import ConfigError, TrainConfig, load_config
-
-#: Prompt variants.
-PROMPTS = ("template", "react")
-#: The ReAct-style answer format: reason about the state first, then one action.
-REACT_INSTRUCTION = (
-    "Reason first, inside <think> </think> tags: what you observe, what the goal needs, and "
-    "which action brings you closer. Then give exactly one action inside <action> </action> "
-    "tags, for example: {example}"
+from training.evaluation.heldout import (
+    DEFAULT_BATCH_SIZE,
+    PROMPTS,
+    EvalSettings,
+    ModelError,
+    eval_config,
+    evaluate_heldout,
+    prompt_config,
 )
-#: The ReAct variant's answer budget when ``--max-new-tokens`` is not given.
-REACT_MAX_NEW_TOKENS = 256
-#: Episodes played at once (one generation batch).
-DEFAULT_BATCH_SIZE = 32
-
-
-@dataclass
-class EvalSettings:
-    """How to play: ``episodes`` held-out tasks, one rollout each.
-
-    ``temperature`` 0 is greedy decoding; ``prompt`` is one of :data:`PROMPTS`;
-    ``max_new_tokens`` None keeps the config's (or :data:`REACT_MAX_NEW_TOKENS` for react).
-    """
-
-    episodes: int
-    temperature: float = 0.0
-    top_p: float = 1.0
-    prompt: str = "template"
-    max_new_tokens: int | None = None
-    batch_size: int = DEFAULT_BATCH_SIZE
-
-    def check(self) -> None:
-        if self.episodes < 1:
-            raise ConfigError(f"--episodes must be >= 1, got {self.episodes}")
-        if not (np.isfinite(self.temperature) and self.temperature >= 0):
-            raise ConfigError(f"--temperature must be >= 0, got {self.temperature}")
-        if not 0 < self.top_p <= 1:
-            raise ConfigError(f"--top-p must be in (0, 1], got {self.top_p}")
-        if self.prompt not in PROMPTS:
-            raise ConfigError(f"--prompt must be one of {PROMPTS}, got {self.prompt!r}")
-        if self.max_new_tokens is not None and self.max_new_tokens < 1:
-            raise ConfigError(f"--max-new-tokens must be >= 1, got {self.max_new_tokens}")
-        if self.batch_size < 1:
-            raise ConfigError(f"--batch-size must be >= 1, got {self.batch_size}")
-
-
-def prompt_config(config: TrainConfig, settings: EvalSettings) -> TrainConfig:
-    """``config`` with the prompt variant's format instruction, answer prefix, stop text and
-    answer budget (a copy; ``template`` changes only the budget when one is given)."""
-    import copy
-
-    out = copy.deepcopy(config)
-    if settings.prompt == "react":
-        out.env.format_instruction = REACT_INSTRUCTION
-        order = out.env.template.get("order")
-        if order is not None and "format" not in order:
-            out.env.template["order"] = [*order, "format"]
-        out.rollout.response_prefix = "<think>"
-        out.rollout.stop_text = "</action>"
-        out.rollout.max_new_tokens = settings.max_new_tokens or REACT_MAX_NEW_TOKENS
-    elif settings.max_new_tokens is not None:
-        out.rollout.max_new_tokens = settings.max_new_tokens
-    return out
-
-
-def play(
-    model: Any, tokenizer: Any, config: TrainConfig, settings: EvalSettings
-) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """Plays ``settings.episodes`` held-out tasks with the trainer's own
-    :func:`training.local.play.play_heldout` (same seeds, same measures, the same compute
-    dtype and thread choice as the trainer's), with torch's generator seeded from
-    ``run.seed`` first so that sampled evaluation is reproducible.
-
-    Args:
-        config: the env, prompt and rollout settings (already :func:`prompt_config`'d).
-
-    Returns:
-        ``(summary, episodes)``: the numbers of ``summary.json`` and one dict per episode
-        (the lines of ``episodes.jsonl``), in seed order.
-    """
-    import torch
-
-    from training.local.play import play_heldout
-
-    settings.check()
-    with compute_setup(config, model):
-        torch.manual_seed(config.run.seed)
-        return play_heldout(
-            model,
-            tokenizer,
-            config,
-            settings.episodes,
-            temperature=settings.temperature,
-            top_p=settings.top_p,
-            batch_size=settings.batch_size,
-        )
-
-
-@contextlib.contextmanager
-def compute_setup(config: TrainConfig, model: Any) -> Iterator[None]:
-    """The trainer's compute setup around playing with ``model`` (plain evaluation and the
-    suites): the allocator choice, torch's thread count, the model's compute dtype and its
-    autocast context."""
-    from training.local.allocator import keep_freed_memory
-    from training.local.precision import compute, prepare_models, resolve_compute_dtype
-    from training.local.threads import ThreadGovernor
-
-    if config.run.keep_freed_memory:
-        keep_freed_memory()
-    ThreadGovernor(config.run.threads).update()
-    dtype, _ = resolve_compute_dtype(config.model.compute_dtype, config.model.device)
-    prepare_models(dtype, config.model.device, model)
-    with compute(dtype, config.model.device):
-        yield
-
-
-def resolve_model(model: str, config: TrainConfig, out: Path) -> tuple[Path, Path | None]:
-    """``(model directory, checkpoint directory or None)`` for ``--model``.
-
-    A run directory of ours (``config.json`` and a ``checkpoint/``, or the ``checkpoint.tmp/``
-    or ``checkpoint.old/`` a crash mid-save left) or its ``checkpoint/`` gives the base model
-    its config names and the checkpoint's weights (``model.safetensors``); anything else is
-    ``model.name_or_path`` (``smollm2``, ``tiny-random``, a model dir). The run directory is
-    only read.
-
-    Raises:
-        UnsafeCheckpointError: the run's checkpoint is in the old pickled format.
-        FileNotFoundError: a run directory with no whole checkpoint.
-    """
-    from training.local.checkpoint import find_run_dir, whole_checkpoint
-    from training.local.model import resolve_model_path
-
-    run = find_run_dir(model)
-    if run is not None:
-        saved = load_config(run / "config.json")
-        return resolve_model_path(saved.model, run), whole_checkpoint(run)
-    return resolve_model_path(dataclasses.replace(config.model, name_or_path=model), out), None
-
-
-def load_policy(model: str, config: TrainConfig, out: Path) -> tuple[Any, Any, Path]:
-    """The model (with a run's trained weights) and tokenizer; also the model directory."""
-    from training.local.checkpoint import load_weights
-    from training.local.model import load_model, load_tokenizer
-
-    path, checkpoint = resolve_model(model, config, out)
-    tokenizer = load_tokenizer(path)
-    policy = load_model(path, config.model.dtype, trainable=False, device=config.model.device)
-    if checkpoint is not None:
-        weights = checkpoint / "model.safetensors"
-        try:
-            load_weights(policy, weights)
-        except Exception as exc:  # corrupt file, another model: say which file
-            raise RuntimeError(f"cannot load the weights in {weights}: {exc}") from exc
-    return policy, tokenizer, path
+from training.evaluation.suites import SuiteError, load_suite, suite_names
+from training.evaluation.table import compare
+from training.local.config import ConfigError
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -256,14 +93,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.model is None:
         parser.error("the following arguments are required: --model")
     if args.suite is not None:
-        from training.cli.evaluate_suite import evaluate_suite
-
-        if args.out is None:
-            args.out = str(_suite_out(args))
-        return evaluate_suite(args, overrides, parser)
+        return _suite(args, overrides, parser)
     out = Path(args.out or "runs/evaluate")
     try:
-        config = _config(args.model, args.config, overrides)
+        config = eval_config(args.model, args.config, overrides)
         settings = EvalSettings(
             episodes=config.eval.groups if args.episodes is None else args.episodes,
             temperature=(config.eval.temperature if args.temperature is None else args.temperature),
@@ -276,27 +109,10 @@ def main(argv: list[str] | None = None) -> int:
         config = prompt_config(config, settings)
     except ConfigError as exc:
         parser.error(str(exc))
-    out.mkdir(parents=True, exist_ok=True)
     try:
-        policy, tokenizer, path = load_policy(args.model, config, out)
-    except (FileNotFoundError, RuntimeError, ValueError) as exc:
+        summary = evaluate_heldout(args.model, config, settings, out)
+    except ModelError as exc:
         parser.error(str(exc))
-    summary, episodes = play(policy, tokenizer, config, settings)
-    summary = {
-        "model": args.model,
-        "model_dir": str(path),
-        "env_id": config.env.id,
-        "env_kwargs": config.env.kwargs,
-        "heldout_fraction": config.env.heldout_fraction,
-        "run_seed": config.run.seed,
-        "prompt": settings.prompt,
-        "temperature": settings.temperature,
-        "top_p": settings.top_p if settings.temperature > 0 else 1.0,
-        "max_new_tokens": config.rollout.max_new_tokens,
-        **summary,
-    }
-    _write_json_lines(out / "episodes.jsonl", episodes)
-    atomic_write_text(out / "summary.json", json.dumps(summary, indent=1) + "\n")
     print(json.dumps(summary))
     low, high = summary["success_rate_ci95"]
     print(
@@ -312,18 +128,22 @@ def main(argv: list[str] | None = None) -> int:
 # ----------------------------------------------------------------------------- internals
 
 
-def _config(model: str, config: str | None, overrides: list[str]) -> TrainConfig:
-    from training.local.checkpoint import find_run_dir
+def _suite(args: argparse.Namespace, overrides: list[str], parser: argparse.ArgumentParser) -> int:
+    """``--suite``: the pinned suite played and tabled (:mod:`training.evaluation.suite`)."""
+    from training.evaluation.suite import SuiteRequest, evaluate_suite
 
-    if config is None and (run := find_run_dir(model)) is not None:
-        config = str(run / "config.json")
-    return load_config(config, overrides)
+    names = {f.name for f in dataclasses.fields(SuiteRequest)} - {"overrides", "out"}
+    out = Path(args.out) if args.out is not None else _suite_out(args)
+    request = SuiteRequest(out=out, overrides=overrides, **{k: getattr(args, k) for k in names})
+    try:
+        table = evaluate_suite(request)
+    except ConfigError as exc:
+        parser.error(str(exc))
+    print(table, end="")
+    return 0
 
 
 def _suite_tools(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from training.cli.suite_table import compare
-    from training.cli.suites import SuiteError, load_suite, suite_names
-
     if args.list_suites:
         for name in suite_names():
             print(f"{name}: {load_suite(name).description}")
@@ -345,10 +165,6 @@ def _suite_out(args: argparse.Namespace) -> Path:
     decoding = f"t{temperature:g}" if temperature else "greedy"
     group = f"-g{args.group_size}" if args.group_size > 1 else ""
     return Path("runs/suites") / Path(args.suite).stem / f"{model}-{args.prompt}-{decoding}{group}"
-
-
-def _write_json_lines(path: Path, rows: list[dict[str, Any]]) -> None:
-    atomic_write_text(path, "".join(json.dumps(row) + "\n" for row in rows))
 
 
 if __name__ == "__main__":

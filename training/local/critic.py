@@ -8,6 +8,7 @@ beside the policy, minibatch for minibatch, on the clipped value loss
 turn_gae`). Why separate rather than a head on the policy: docs/training.md, "PPO with a
 critic".
 
+:func:`training.local.model.load_critic` builds it with the run's other models;
 :func:`ppo_targets` computes, once an iteration, the values, GAE advantages and returns the
 update reads (:class:`PPOTargets`); :func:`critic_step` is one optimizer step of the critic.
 
@@ -19,7 +20,6 @@ token t + 1 was generated.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -33,62 +33,6 @@ from training.local.prefix import cache_kwarg, prefix_cache
 from training.local.schema import AlgoConfig
 from training.records import StepRecords
 from training.settings import PPO_DEFAULTS
-
-
-def _value_model_class() -> type:
-    import torch
-
-    class ValueModel(torch.nn.Module):
-        """A decoder body (``.model``, e.g. ``Qwen2Model``) and a value head (``.value_head``).
-
-        ``forward(input_ids, attention_mask, ...)`` returns float32 values, shape (B, L'),
-        for the L' positions run (after any cached prefix).
-        """
-
-        def __init__(self, body: Any) -> None:
-            super().__init__()
-            self.model = body
-            hidden = body.config.hidden_size
-            # Zero-initialised: every value starts at 0, and the first updates move the
-            # head (a baseline) before they move the body.
-            self.value_head = torch.nn.Linear(hidden, 1, dtype=torch.float32)
-            torch.nn.init.zeros_(self.value_head.weight)
-            torch.nn.init.zeros_(self.value_head.bias)
-
-        @property
-        def device(self) -> Any:
-            return self.value_head.weight.device
-
-        def forward(self, input_ids: Any, attention_mask: Any, **kwargs: Any) -> Any:
-            hidden = self.model(
-                input_ids=input_ids, attention_mask=attention_mask, **kwargs
-            ).last_hidden_state
-            return self.value_head(hidden.float()).squeeze(-1)
-
-    return ValueModel
-
-
-def load_critic(path: Path, dtype: str, *, device: str = "cpu", trainable_layers: int = 0) -> Any:
-    """The critic: the decoder body of the causal LM in ``path`` and a zero value head.
-
-    Args:
-        path: a local model directory (the policy's).
-        dtype: the body's torch dtype name; the head is float32.
-        trainable_layers: as ``model.trainable_layers`` (0: every weight trains; the head
-            always does).
-    """
-    import torch
-    from transformers import AutoModel
-
-    from training.local.model import limit_trainable_layers
-
-    body = AutoModel.from_pretrained(str(path), dtype=getattr(torch, dtype), local_files_only=True)
-    critic = _value_model_class()(body)
-    critic.to(device)
-    limit_trainable_layers(critic, trainable_layers)
-    critic.value_head.requires_grad_(True)
-    critic.eval()
-    return critic
 
 
 def token_values(critic: Any, batch: Any) -> Any:

@@ -95,6 +95,60 @@ def limit_trainable_layers(model: Any, layers: int) -> None:
     body.norm.requires_grad_(True)
 
 
+def _value_model_class() -> type:
+    import torch
+
+    class ValueModel(torch.nn.Module):
+        """A decoder body (``.model``, e.g. ``Qwen2Model``) and a value head (``.value_head``).
+
+        ``forward(input_ids, attention_mask, ...)`` returns float32 values, shape (B, L'),
+        for the L' positions run (after any cached prefix).
+        """
+
+        def __init__(self, body: Any) -> None:
+            super().__init__()
+            self.model = body
+            hidden = body.config.hidden_size
+            # Zero-initialised: every value starts at 0, and the first updates move the
+            # head (a baseline) before they move the body.
+            self.value_head = torch.nn.Linear(hidden, 1, dtype=torch.float32)
+            torch.nn.init.zeros_(self.value_head.weight)
+            torch.nn.init.zeros_(self.value_head.bias)
+
+        @property
+        def device(self) -> Any:
+            return self.value_head.weight.device
+
+        def forward(self, input_ids: Any, attention_mask: Any, **kwargs: Any) -> Any:
+            hidden = self.model(
+                input_ids=input_ids, attention_mask=attention_mask, **kwargs
+            ).last_hidden_state
+            return self.value_head(hidden.float()).squeeze(-1)
+
+    return ValueModel
+
+
+def load_critic(path: Path, dtype: str, *, device: str = "cpu", trainable_layers: int = 0) -> Any:
+    """The critic: the decoder body of the causal LM in ``path`` and a zero value head.
+
+    Args:
+        path: a local model directory (the policy's).
+        dtype: the body's torch dtype name; the head is float32.
+        trainable_layers: as ``model.trainable_layers`` (0: every weight trains; the head
+            always does).
+    """
+    import torch
+    from transformers import AutoModel
+
+    body = AutoModel.from_pretrained(str(path), dtype=getattr(torch, dtype), local_files_only=True)
+    critic = _value_model_class()(body)
+    critic.to(device)
+    limit_trainable_layers(critic, trainable_layers)
+    critic.value_head.requires_grad_(True)
+    critic.eval()
+    return critic
+
+
 def enable_checkpointing(network: Any) -> None:
     """Turns on transformers' gradient checkpointing of ``network`` (a causal LM or a
     decoder body), non-reentrant: it needs no input that requires a gradient, so frozen
@@ -184,8 +238,6 @@ def make_optimizer(network: Any, lr: float, weight_decay: float) -> Any:
 def load_models(config: TrainConfig, out: Path) -> Models:
     """Builds a run's :class:`Models` from its config, in a fixed order (the policy, the
     reference, the optimizer, the critic), on ``model.device``."""
-
-    from training.local.critic import load_critic
 
     m = config.model
     path = resolve_model_path(m, out)

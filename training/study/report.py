@@ -9,11 +9,11 @@ import math
 from pathlib import Path
 from typing import Any
 
-from training.cli.study_plan import Part, Run
 from training.files import atomic_write_bytes
 from training.local.config import TrainConfig
 from training.local.metrics import read_metrics
 from training.stats import mean_ci, paired_difference
+from training.study.plan import Part, Run
 
 #: The arm table's columns: (key in a run's summary, heading).
 COLUMNS = (

@@ -1,7 +1,7 @@
-"""The HTML pieces of the viewer's page, which :mod:`training.cli.view` assembles: the
+"""The HTML pieces of the viewer's page, which :mod:`training.viewer.page` assembles: the
 learning curves as inline SVG, the step-group statistics table, and one iteration group by
 group. Every text is escaped where it is written; the records come checked
-(:mod:`training.cli.view_checks`).
+(:mod:`training.viewer.checks`).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
-from training.cli.view_checks import as_float, group_key
+from training.viewer.checks import as_float, group_key
 
 #: Curves drawn, as (title, [(metric key, label), ...]).
 CURVES = (

@@ -1,15 +1,17 @@
-"""``gigpo-evaluate --suite NAME --model M``: a pinned suite, played and tabled.
+"""A pinned suite, played and tabled (``gigpo-evaluate --suite NAME --model M``, whose command
+line is :mod:`training.cli.evaluate`).
 
-The suite (:mod:`training.cli.suites`) fixes what is played; this module checks the
-command against it, prepares and hashes the data, loads the model, plays the tasks
-resumably (:mod:`training.cli.suite_run`) and writes, into ``--out``:
+The suite (:mod:`training.evaluation.suites`) fixes what is played; this module checks the
+request against it, prepares and hashes the data (:mod:`training.evaluation.data`), loads
+the model, plays the tasks resumably (:mod:`training.evaluation.run`) and writes, into
+``out``:
 
 * ``run.json``: the settings a resumed run must repeat;
 * ``data_manifest.json``: the SHA-256 of every data file read, and their digest;
 * ``episodes.jsonl``: one row per episode (task, column, outcome, steps), batch by batch;
-* ``summary.json`` and ``table.md``: the paper-layout cells (:mod:`training.cli.suite_table`).
+* ``summary.json`` and ``table.md``: the paper-layout cells (:mod:`training.evaluation.table`).
 
-The table is printed on stdout.
+:func:`evaluate_suite` returns the table (the command prints it on stdout).
 """
 
 from __future__ import annotations
@@ -17,11 +19,22 @@ from __future__ import annotations
 import json
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from training.cli.suite_data import check_manifest, prepare_data
-from training.cli.suites import PINNED_KEYS, SuiteError, load_suite, set_roots
+from training.evaluation.data import check_manifest, prepare_data
+from training.evaluation.heldout import (
+    DEFAULT_BATCH_SIZE,
+    EvalSettings,
+    compute_setup,
+    eval_config,
+    load_policy,
+    prompt_config,
+)
+from training.evaluation.run import code_version, play_suite, suite_tasks
+from training.evaluation.suites import PINNED_KEYS, SuiteError, load_suite, set_roots
+from training.evaluation.table import markdown_table, summarize
 from training.files import atomic_write_text
 from training.local.config import ConfigError
 
@@ -31,8 +44,37 @@ RUN_KEYS = ("suite", "suite_version", "data_sha256", "model", "prompt", "tempera
             "retriever_url")  # fmt: skip
 
 
-def suite_config(args: Any, overrides: list[str]) -> tuple[Any, Any, dict[str, Any], Any]:
-    """``(suite, config, run settings, data)`` for the command line: the command is checked
+@dataclass
+class SuiteRequest:
+    """What ``gigpo-evaluate --suite`` was asked for, option by option (the command's
+    names; None: the suite's or the command's default).
+
+    ``suite`` is a shipped suite name or a suite YAML file, ``model`` as ``--model``,
+    ``config`` a YAML config or shipped name, ``overrides`` the ``--section.key=value``
+    texts (none may touch what the suite pins), ``out`` the run folder; ``episodes`` must
+    stay None (a suite fixes its tasks; ``max_episodes`` plays each part's first N).
+    """
+
+    suite: str
+    model: str
+    out: Path
+    config: str | None = None
+    overrides: list[str] = field(default_factory=list)
+    episodes: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    prompt: str = "template"
+    max_new_tokens: int | None = None
+    batch_size: int = DEFAULT_BATCH_SIZE
+    group_size: int = 1
+    max_episodes: int | None = None
+    data_dir: str | None = None
+    retriever_url: str | None = None
+    data_manifest: str | None = None
+
+
+def suite_config(args: SuiteRequest) -> tuple[Any, Any, dict[str, Any], Any]:
+    """``(suite, config, run settings, data)`` for a request: the request is checked
     against the suite first, then the data is prepared (generated once if the suite has a
     recipe) and hashed, then the config (which builds one env) is loaded; no model yet.
 
@@ -40,8 +82,7 @@ def suite_config(args: Any, overrides: list[str]) -> tuple[Any, Any, dict[str, A
         ConfigError (SuiteError): an unknown suite, an override of a key the suite pins
             (named), ``--episodes`` with a suite, or a group without sampling.
     """
-    from training.cli.evaluate import EvalSettings, _config, prompt_config
-
+    overrides = args.overrides
     suite = load_suite(args.suite)
     for text in overrides:
         key = text.lstrip("-").split("=", 1)[0]
@@ -63,7 +104,7 @@ def suite_config(args: Any, overrides: list[str]) -> tuple[Any, Any, dict[str, A
     data = prepare_data(suite)
     if args.data_manifest:
         check_manifest(data["files"], args.data_manifest)
-    config = _config(args.model, args.config, [*overrides, *suite.overrides()])
+    config = eval_config(args.model, args.config, [*overrides, *suite.overrides()])
     top_p = suite.sampling["top_p"] if args.top_p is None else args.top_p
     settings = EvalSettings(
         episodes=1, temperature=temperature, top_p=top_p, prompt=args.prompt,
@@ -83,43 +124,52 @@ def suite_config(args: Any, overrides: list[str]) -> tuple[Any, Any, dict[str, A
     return suite, config, run, data
 
 
-def evaluate_suite(args: Any, overrides: list[str], parser: Any) -> int:
-    """Runs ``gigpo-evaluate --suite`` (see the module docstring); returns the exit code."""
-    from training.cli.evaluate import compute_setup, load_policy
-    from training.cli.suite_run import code_version, play_suite, suite_tasks
-    from training.cli.suite_table import markdown_table, summarize
+def evaluate_suite(args: SuiteRequest) -> str:
+    """Plays and tables a suite (see the module docstring); returns the table (markdown).
 
+    Raises:
+        ConfigError (SuiteError for the suite's own checks): the request does not fit the
+            suite, its data or ``out`` (in use, or holding another run), or the model cannot
+            be loaded; the message names the option or file.
+    """
     out = Path(args.out)
     commit = code_version()  # of the code this process loaded, before anything runs
     try:
-        suite, config, run, data = suite_config(args, overrides)
+        suite, config, run, data = suite_config(args)
         tasks = suite_tasks(suite)
         selected = list(range(len(tasks)))
         if args.max_episodes:
             selected = first_of_each_part(tasks, args.max_episodes)
         out.mkdir(parents=True, exist_ok=True)
-        lock = _lock(out)
-        _check_run(out, run)
-        atomic_write_text(out / "data_manifest.json", json.dumps(data, indent=1) + "\n")
-    except (ConfigError, ValueError, OSError) as exc:
-        parser.error(str(exc))
+    except ConfigError:
+        raise
+    except (ValueError, OSError) as exc:
+        raise SuiteError(str(exc)) from exc
+    lock = _lock(out)
     try:
-        policy, tokenizer, path = load_policy(args.model, config, out)
-    except (FileNotFoundError, RuntimeError, ValueError) as exc:
-        parser.error(str(exc))
-    bar = _progress(suite.name, len(selected))
-    try:
-        with compute_setup(config, policy):
-            rows = play_suite(
-                policy, tokenizer, config, suite, tasks, selected, out,
-                temperature=run["temperature"], top_p=run["top_p"],
-                group_size=run["group_size"], batch_size=run["batch_size"], progress=bar.update,
-                commit=commit,
-            )  # fmt: skip
-    except SuiteError as exc:
-        parser.error(str(exc))
+        try:
+            _check_run(out, run)
+            atomic_write_text(out / "data_manifest.json", json.dumps(data, indent=1) + "\n")
+        except ConfigError:
+            raise
+        except (ValueError, OSError) as exc:
+            raise SuiteError(str(exc)) from exc
+        try:
+            policy, tokenizer, path = load_policy(args.model, config, out)
+        except (FileNotFoundError, RuntimeError, ValueError) as exc:
+            raise SuiteError(str(exc)) from exc
+        bar = _progress(suite.name, len(selected))
+        try:
+            with compute_setup(config, policy):
+                rows = play_suite(
+                    policy, tokenizer, config, suite, tasks, selected, out,
+                    temperature=run["temperature"], top_p=run["top_p"],
+                    group_size=run["group_size"], batch_size=run["batch_size"],
+                    progress=bar.update, commit=commit,
+                )  # fmt: skip
+        finally:
+            bar.close()
     finally:
-        bar.close()
         lock.close()
     summary = {
         **run,
@@ -139,8 +189,7 @@ def evaluate_suite(args: Any, overrides: list[str], parser: Any) -> int:
     table = markdown_table([summary])
     atomic_write_text(out / "summary.json", json.dumps(summary, indent=1) + "\n")
     atomic_write_text(out / "table.md", table)
-    print(table, end="")
-    return 0
+    return table
 
 
 def first_of_each_part(tasks: list[dict[str, Any]], n: int) -> list[int]:

@@ -34,7 +34,7 @@ from training.local.config import ConfigError, read_yaml
 
 #: Where the shipped suites live.
 SUITES_DIR = Path(__file__).resolve().parents[1] / "suites"
-#: Table layouts (columns): see :mod:`training.cli.suite_table`.
+#: Table layouts (columns): see :mod:`training.evaluation.table`.
 LAYOUTS = ("alfworld", "webshop", "searchqa")
 #: The config keys a suite fixes; ``--section.key`` overrides of them are refused.
 PINNED_KEYS = (

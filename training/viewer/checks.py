@@ -3,7 +3,7 @@
 Every record field the page shows (the optional ones where a record has them), the header's
 ``estimator`` and ``source`` and its step-group summary are checked for type; a value that
 fails is a :class:`~training.record_files.RolloutFileError` that names the file, the line and
-the field (``python -m training.cli.view`` exits 2 with it). Used by :mod:`training.cli.view`.
+the field (``gigpo-view`` exits 2 with it). Used by :mod:`training.viewer.page`.
 """
 
 from __future__ import annotations

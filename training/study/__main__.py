@@ -1,4 +1,5 @@
-"""``python -m training.study``: the estimator study (see :mod:`training.cli.study`)."""
+"""``python -m training.study``: runs :func:`training.cli.study.main` (an entry point: nothing
+imports this module)."""
 
 from __future__ import annotations
 

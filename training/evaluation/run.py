@@ -1,4 +1,4 @@
-"""Playing a pinned suite (:mod:`training.cli.suites`): its tasks, in batches, resumably.
+"""Playing a pinned suite (:mod:`training.evaluation.suites`): its tasks, in batches, resumably.
 
 Every task is played by ``group_size`` rollouts (1: one greedy or sampled episode per task;
 G > 1: a GiGPO group, sampled, whose states are grouped as training groups them). After
@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from training.cli.suites import Suite, SuiteError
+from training.evaluation.suites import Suite, SuiteError
 from training.local.schema import TrainConfig
 
 

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from training.cli.suites import SuiteError
+from training.evaluation.suites import SuiteError
 from training.stats import Z95, mean_ci, sign_test, wilson_interval
 
 #: ALFWorld's task types as the paper's columns.
@@ -49,7 +49,7 @@ def cell(values_by_task: list[list[float]], proportion: bool) -> dict[str, Any]:
     if proportion and all(len(task) == 1 for task in values_by_task):
         low, high = wilson_interval(int(round(sum(flat))), len(flat))
     elif proportion:  # a group per task: each task one trial, its share of wins its outcome
-        low, high = wilson_interval(sum(means), len(means))  # type: ignore[arg-type]
+        low, high = wilson_interval(sum(means), len(means))
     elif len(means) >= 2:
         mean, half = mean_ci(means)
         low, high = max(0.0, mean - half), min(1.0, mean + half)
@@ -62,7 +62,7 @@ def cell(values_by_task: list[list[float]], proportion: bool) -> dict[str, Any]:
 
 def summarize(layout: str, parts: list[str], rows: list[dict[str, Any]]) -> dict[str, Any]:
     """The suite's cells (``columns``: name -> :func:`cell`) and overall numbers from its
-    episode rows (:func:`training.cli.suite_run.play_suite`)."""
+    episode rows (:func:`training.evaluation.run.play_suite`)."""
     by_task: dict[int, list[dict[str, Any]]] = {}
     for row in rows:
         by_task.setdefault(row["task_index"], []).append(row)

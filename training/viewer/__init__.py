@@ -1,0 +1,16 @@
+"""The viewer: a run's step records and learning curves as one static HTML page
+(``gigpo-view RUN_DIR``; its command line is :mod:`training.cli.view`).
+
+Read :mod:`training.viewer.page` first: it reads a run folder and assembles and writes the
+page. The other modules:
+
+- :mod:`training.viewer.checks`: every value read from a rollout file checked for type
+  before the page uses it (a damaged file is an error naming the file, line and field);
+- :mod:`training.viewer.html`: the page's HTML pieces (curves as inline SVG, step-group
+  statistics, a group's trajectories step by step);
+- :mod:`training.viewer.assets`: the page's inline style sheet and script;
+- :mod:`training.viewer.serve`: the page served alone on 127.0.0.1 (``--serve``).
+
+It reads what the trainers write (:mod:`training.record_files`, the local trainer's
+``metrics.jsonl``) and imports no trainer code beyond that reader.
+"""
