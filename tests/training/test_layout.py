@@ -5,6 +5,9 @@ between the top-level packages and between ``training/``'s layers."""
 from __future__ import annotations
 
 import ast
+import importlib
+import importlib.util
+import re
 from pathlib import Path
 
 import pytest
@@ -19,15 +22,20 @@ def _modules(package: str) -> list[Path]:
     return sorted((REPO / package).rglob("*.py"))
 
 
-def _imported(path: Path) -> set[str]:
-    """Every module name ``path`` imports, at the top or inside functions."""
+def _imported(path: Path, package: str = "") -> set[str]:
+    """Every module name ``path`` imports, at the top or inside functions; a relative import
+    (``from .plan import x``) resolved against ``package``, the package ``path`` is in."""
     names: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names.add(node.module)
-            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = importlib.util.resolve_name("." * node.level + base, package)
+            if base:
+                names.add(base)
+                names.update(f"{base}.{alias.name}" for alias in node.names)
     return names
 
 
@@ -69,10 +77,11 @@ def _graph(root: Path, packages: tuple[str, ...]) -> dict[str, set[str]]:
     paths = {
         _module_name(root, p): p for pkg in packages for p in sorted((root / pkg).rglob("*.py"))
     }
-    return {
-        name: {n for n in _imported(path) if n in paths and n != name}
-        for name, path in paths.items()
-    }
+    graph = {}
+    for name, path in paths.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        graph[name] = {n for n in _imported(path, package) if n in paths and n != name}
+    return graph
 
 
 def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -112,17 +121,16 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 
 def _layer(module: str) -> tuple[int, str]:
-    """(layer, package) of a training module: its subpackage's layer, or 0 at the top."""
+    """(layer, package) of a training module: its subpackage's layer, or 0 for a shared
+    module at the top of training/."""
     parts = module.split(".")
-    package = (
-        ".".join(parts[:2])
-        if len(parts) > 2 or (REPO / "training" / parts[-1]).is_dir()
-        else "training"
-    )
+    package = ".".join(parts[:2])
     for level, names in enumerate(TRAINING_LAYERS):
         if package in names:
             return level, package
-    raise AssertionError(f"{module}: training.{parts[1]} has no layer in TRAINING_LAYERS")
+    if len(parts) <= 2:
+        return 0, "training"
+    raise AssertionError(f"{module}: {package} has no layer in TRAINING_LAYERS")
 
 
 def _wrong_way(graph: dict[str, set[str]]) -> list[str]:
@@ -135,7 +143,9 @@ def _wrong_way(graph: dict[str, set[str]]) -> list[str]:
         top = module.split(".")[0]
         for name in sorted(imports):
             other = name.split(".")[0]
-            if other != top and other not in TOP_ALLOWED[top]:
+            if name.endswith(".__main__"):
+                bad.append(f"{module} imports the entry point {name}")
+            elif other != top and other not in TOP_ALLOWED[top]:
                 bad.append(f"{module} imports {name}")
             elif top == other == "training" and not module.endswith(".__main__"):
                 (mine, package), (theirs, their_package) = _layer(module), _layer(name)
@@ -174,25 +184,34 @@ def test_the_checks_above_can_fail(tmp_path):
     )
     (tmp_path / "training" / "stats.py").write_text("from training.records import f\n")
     (tmp_path / "training" / "local" / "train.py").write_text("import training.cli.view\n")
-    (tmp_path / "training" / "cli" / "view.py").write_text("from training.local.train import x\n")
+    (tmp_path / "training" / "cli" / "view.py").write_text("from ..local.train import x\n")
+    (tmp_path / "training" / "cli" / "__main__.py").write_text("from training.local import train\n")
+    (tmp_path / "training" / "text.py").write_text("import training.cli.__main__\n")
     graph = _graph(tmp_path, ("training",))
     assert _cycles(graph) == [
         ["training.cli.view", "training.local.train"],
         ["training.records", "training.stats"],
     ]
     assert _wrong_way(graph) == [
-        "training.local.train (layer 1) imports training.cli.view (layer 3)"
+        "training.local.train (layer 1) imports training.cli.view (layer 3)",
+        "training.text imports the entry point training.cli.__main__",
     ]
 
 
 @pytest.mark.parametrize("folder", ["local", "openrlhf", "cli", "viewer", "evaluation", "study"])
 def test_each_package_docstring_names_its_modules(folder):
-    import importlib
-
+    """Each package says what it holds, module by module, and which module to read first
+    (the packages made for the viewer, evaluation, the study and the command lines name
+    their modules in full)."""
     package = importlib.import_module(f"training.{folder}")
+    doc = package.__doc__ or ""
     names = {p.stem for p in (REPO / "training" / folder).glob("*.py")} - {"__init__", "__main__"}
-    missing = sorted(n for n in names if n not in (package.__doc__ or ""))
+    full = folder in ("cli", "viewer", "evaluation", "study")
+    missing = sorted(n for n in names if (f"training.{folder}.{n}" if full else n) not in doc)
     assert not missing, f"training/{folder}/__init__.py does not name {missing}"
+    assert re.search(rf"Read :mod:`training\.{folder}\.\w+`", doc), (
+        f"training.{folder}: what to read first?"
+    )
 
 
 def test_the_trainer_usage_lists_every_estimator():

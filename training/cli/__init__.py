@@ -8,4 +8,7 @@ module each. Each only reads its arguments and calls into the package that does 
   and seeds (:mod:`training.study`);
 - :mod:`training.cli.quickstart`: ``gigpo-quickstart``, GiGPO on SmolLM2-135M-Instruct on
   CPU in minutes (the local trainer with ``training/configs/quickstart.yaml``).
+
+Read :mod:`training.cli.view` first, the shortest: its arguments, one call into
+:mod:`training.viewer`, and its errors turned into exit 2.
 """

@@ -12,7 +12,6 @@ This module only reads the command line.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -132,9 +131,14 @@ def _suite(args: argparse.Namespace, overrides: list[str], parser: argparse.Argu
     """``--suite``: the pinned suite played and tabled (:mod:`training.evaluation.suite`)."""
     from training.evaluation.suite import SuiteRequest, evaluate_suite
 
-    names = {f.name for f in dataclasses.fields(SuiteRequest)} - {"overrides", "out"}
-    out = Path(args.out) if args.out is not None else _suite_out(args)
-    request = SuiteRequest(out=out, overrides=overrides, **{k: getattr(args, k) for k in names})
+    request = SuiteRequest(
+        suite=args.suite, model=args.model, config=args.config, overrides=overrides,
+        out=Path(args.out) if args.out is not None else _suite_out(args),
+        episodes=args.episodes, temperature=args.temperature, top_p=args.top_p,
+        prompt=args.prompt, max_new_tokens=args.max_new_tokens, batch_size=args.batch_size,
+        group_size=args.group_size, max_episodes=args.max_episodes, data_dir=args.data_dir,
+        retriever_url=args.retriever_url, data_manifest=args.data_manifest,
+    )  # fmt: skip
     try:
         table = evaluate_suite(request)
     except ConfigError as exc:

@@ -1,16 +1,16 @@
 """The local trainer: ``python -m training.local --config smoke`` (``gigpo-train``).
 
-One module per concept, in the order one iteration meets them (:mod:`~training.local.train`
-is the loop, ``from training.local.train import train``):
+One module per concept, in the order one iteration meets them. Read :mod:`training.local.train`
+first: the loop, top to bottom (``from training.local.train import train``).
 
 - :mod:`~training.local.schema`: the config's sections as dataclasses;
   :mod:`~training.local.config`: loading them (YAML, CLI overrides, renamed keys);
   :mod:`~training.local.checks`: every value checked before a model is built.
-- :mod:`~training.local.model`: loading the policy, reference and critic
-  (:mod:`~training.local.tiny_model`: the random test model; :mod:`~training.local.critic`:
-  PPO's value model, its GAE targets and its step); :mod:`~training.local.precision`: the
-  compute dtype of every forward pass (bfloat16 autocast where native;
-  :mod:`~training.local.attention`: attention on a CPU under it);
+- :mod:`~training.local.model`: loading the policy, reference and critic (PPO's value
+  model) (:mod:`~training.local.tiny_model`: the random test model;
+  :mod:`~training.local.critic`: the critic's GAE targets and its step);
+  :mod:`~training.local.precision`: the compute dtype of every forward pass (bfloat16
+  autocast where native; :mod:`~training.local.attention`: attention on a CPU under it);
   :mod:`~training.local.threads`: torch's thread count, from the cores left free;
   :mod:`~training.local.allocator`: freed memory kept for reuse (no page faults a step);
   :mod:`~training.local.memory`: the run's memory plan, checked before any weight loads.

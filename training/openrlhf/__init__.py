@@ -1,5 +1,9 @@
 """GiGPO on OpenRLHF 0.11.2 (Ray + vLLM + DeepSpeed): ``bash training/openrlhf_gigpo.sh``.
 
+Read :mod:`training.openrlhf.launch` first (the flags to a resolved run), then
+:mod:`training.openrlhf.executor` (an episode in a vLLM actor) and
+:mod:`training.openrlhf.estimator` (a batch's advantages onto tokens).
+
 Modules: :mod:`~training.openrlhf.tasks` (a task's label and where its env runs),
 :mod:`~training.openrlhf.executor` (our environments in OpenRLHF's vLLM actors, in either
 sample layout, recording :class:`~training.records.StepRecords`),

@@ -11,6 +11,7 @@ page. The other modules:
 - :mod:`training.viewer.assets`: the page's inline style sheet and script;
 - :mod:`training.viewer.serve`: the page served alone on 127.0.0.1 (``--serve``).
 
-It reads what the trainers write (:mod:`training.record_files`, the local trainer's
-``metrics.jsonl``) and imports no trainer code beyond that reader.
+It reads what the trainers write: the rollout files (:mod:`training.record_files`) and the
+local trainer's ``metrics.jsonl`` (:func:`training.local.metrics.read_metrics`, the only
+trainer code it imports).
 """
