@@ -24,24 +24,68 @@ kills its worker and fails the same way: a hung environment never hangs the call
 
 Workers start with the ``spawn`` method (safe in a process that runs threads, such as a Ray
 actor or vLLM); the factory passed to :meth:`EnvWorkerPool.make` must be picklable (a module
-level function), and so must the environment's observations, infos and arguments.
+level function), and so must the environment's observations, infos and arguments. A script
+that makes a pool needs the ``if __name__ == "__main__":`` guard: each worker imports the
+script's main module again.
+
+Lifetimes: no worker outlives its pool's process, and none outlives its pool.
+
+- The parent dies (SIGKILL, the OOM killer, a crash), even while a worker is inside a hung
+  environment call: on Linux the kernel kills the worker at once (a parent-death signal set
+  when the worker starts; a worker whose parent died before that exits); on every platform a
+  thread in the worker sees the parent gone within :data:`PARENT_POLL_S` (0.5 s) and exits.
+- A pool dropped without :meth:`EnvWorkerPool.close` is collected (its threads hold no
+  reference to it) and closed by its finalizer; one still open at interpreter exit is
+  closed by an exit hook that runs before ``multiprocessing`` joins its children.
+- Closing is bounded, whatever the environments do: the workers get
+  :data:`SHUTDOWN_GRACE_S` (2 s) to close their environments and exit, then SIGTERM, then
+  SIGKILL :data:`TERMINATE_WAIT_S` (2 s) later. Workers ignore SIGINT: a Ctrl-C reaches the
+  pool's process, whose ``with`` block or exit hook then ends them (about 4 s at most, an
+  environment that ignores SIGTERM included).
+
+Processes that an environment starts itself (a server, a browser) are its own to end in
+``close``: they are not the pool's workers, and a worker that is killed leaves them running.
 """
 
 from __future__ import annotations
 
 import asyncio
+import atexit
+import ctypes
 import functools
 import itertools
 import multiprocessing
+import multiprocessing.connection
+import multiprocessing.util  # registers its exit join now, so that ours (below) runs first
 import os
 import pickle
+import queue
+import signal
+import sys
 import threading
 import time
 import traceback
+import weakref
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
+
+MIN_CALL_TIMEOUT_S = 0.1
+"""The smallest ``call_timeout_s`` a pool accepts, in seconds."""
+SHUTDOWN_GRACE_S = 2.0
+"""Seconds :meth:`EnvWorkerPool.close` gives the workers to close their envs and exit."""
+TERMINATE_WAIT_S = 2.0
+"""Seconds between SIGTERM and SIGKILL for a worker still running after the grace."""
+PARENT_POLL_S = 0.5
+"""Seconds between a worker's checks that its parent lives (the watch thread)."""
+_WATCHDOG_MIN_PERIOD_S = 0.01
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+_ORPHAN_EXIT = 70  # a worker's exit code when its parent is gone
+# Which parent-death guards new workers arm (both by default; tests switch one off to
+# check the other alone).
+_PARENT_DEATH_SIGNAL = True
+_PARENT_WATCH = True
 
 
 class EnvWorkerError(RuntimeError):
@@ -83,8 +127,20 @@ def usable_cpus() -> int:
 
 
 # ------------------------------------------------------------------------------ worker side
-def _worker_main(conn: Any) -> None:
-    """A worker's loop: requests ``(call_id, op, payload)``, one at a time, in order."""
+def _worker_main(conn: Any, parent_pid: int | None, death_signal: bool, watch: bool) -> None:
+    """A worker's loop: requests ``(call_id, op, payload)``, one at a time, in order.
+
+    ``parent_pid`` is the pool's process (None when it is not the worker's parent: the
+    ``forkserver`` start method); the worker ends when the pool's process dies
+    (``death_signal``: Linux's parent-death signal; ``watch``: a thread watching the parent,
+    on every platform) and ignores SIGINT: a Ctrl-C reaches the pool's process, which ends
+    its workers.
+    """
+    _die_with_parent(parent_pid, death_signal, watch)
+    try:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    except ValueError:  # not the main thread (a custom start method): the pool still ends it
+        pass
     envs: dict[int, Any] = {}
     while True:
         try:
@@ -121,6 +177,54 @@ def _worker_main(conn: Any) -> None:
             conn.send(reply)
         except (pickle.PicklingError, TypeError, AttributeError) as exc:
             conn.send((call_id, False, _error_payload(exc, "the result cannot be pickled: ")))
+
+
+def _die_with_parent(parent_pid: int | None, death_signal: bool, watch: bool) -> None:
+    """Makes this worker end when the pool's process dies, however it dies (SIGKILL, the
+    OOM killer), even while the worker is inside a hung environment call.
+
+    ``death_signal`` (Linux): the kernel sends SIGKILL when the parent dies
+    (``prctl(PR_SET_PDEATHSIG)``; the pool starts workers from one long-lived thread, since
+    the signal follows the thread that started the worker). ``watch``: a daemon thread that
+    waits on the parent's sentinel (a pipe that only the parent holds open on POSIX, the
+    parent's process handle on Windows) and checks ``os.getppid()`` every
+    :data:`PARENT_POLL_S` seconds, then ``os._exit``. A parent already dead exits at once.
+    With ``parent_pid`` None (a forkserver's child) only the sentinel is watched: it is a
+    pipe from the pool's process.
+    """
+    if parent_pid is None:
+        if watch:
+            threading.Thread(
+                target=_watch_parent, args=(None,), name="gigpo-env-parent-watch", daemon=True
+            ).start()
+        return
+    if death_signal and sys.platform.startswith("linux"):
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            zero = ctypes.c_ulong(0)
+            libc.prctl(_PR_SET_PDEATHSIG, ctypes.c_ulong(signal.SIGKILL), zero, zero, zero)
+        except (OSError, AttributeError):  # no prctl (an odd libc): the watch remains
+            pass
+    if os.getppid() != parent_pid:  # the parent died before the signal was armed
+        os._exit(_ORPHAN_EXIT)
+    if watch:
+        threading.Thread(
+            target=_watch_parent, args=(parent_pid,), name="gigpo-env-parent-watch", daemon=True
+        ).start()
+
+
+def _watch_parent(parent_pid: int | None) -> None:
+    """Exits the process once the parent is gone (its sentinel ready, or a new parent pid)."""
+    parent = multiprocessing.parent_process()
+    sentinels = [parent.sentinel] if parent is not None and parent.sentinel is not None else []
+    while True:
+        if sentinels:
+            gone = bool(multiprocessing.connection.wait(sentinels, timeout=PARENT_POLL_S))
+        else:
+            time.sleep(PARENT_POLL_S)
+            gone = False
+        if gone or (parent_pid is not None and os.getppid() != parent_pid):
+            os._exit(_ORPHAN_EXIT)
 
 
 def _error_payload(exc: BaseException, prefix: str = "") -> tuple[Any, str, str]:
@@ -172,14 +276,173 @@ class _Worker:
         return self.error is None
 
 
+# The threads of a pool (readers, watchdog) and its finalizer hold its workers, its lock and
+# its stop event, never the pool itself: a pool dropped without close() is collected, and
+# its finalizer ends its workers.
+def _read_replies(worker: _Worker, lock: threading.Lock) -> None:
+    """The reader thread of one worker: resolves the futures of its replies."""
+    try:
+        while True:
+            try:
+                call_id, ok, value = worker.conn.recv()
+            except (EOFError, OSError):
+                worker.process.join(timeout=5)
+                _fail_worker(lock, worker, f"exited with code {worker.process.exitcode}")
+                return
+            with lock:
+                call = worker.pending.pop(call_id, None)
+            # a caller that stopped waiting (a cancelled await) leaves a cancelled future
+            if call is None or not call.future.set_running_or_notify_cancel():
+                continue
+            if ok:
+                call.future.set_result(value)
+            else:
+                call.future.set_exception(_rebuild(value))
+    except Exception as exc:  # noqa: BLE001  (an unreadable reply: the worker is unusable)
+        _fail_worker(lock, worker, f"sent an unreadable reply ({exc!r}); killed")
+        worker.process.kill()
+
+
+def _watchdog(
+    workers: list[_Worker], lock: threading.Lock, stop: threading.Event, timeout_s: float
+) -> None:
+    """Kills a worker whose oldest pending call has waited past ``timeout_s``; wakes every
+    tenth of it, between 10 ms and 1 s."""
+    period = max(_WATCHDOG_MIN_PERIOD_S, min(1.0, timeout_s / 10))
+    while not stop.wait(period):
+        now = time.monotonic()
+        with lock:
+            late = [
+                (w, c.op) for w in workers if w.alive
+                for c in list(w.pending.values())[:1] if c.deadline < now
+            ]  # fmt: skip
+        for worker, op in late:
+            _fail_worker(
+                lock, worker, f"took more than call_timeout_s={timeout_s} s on {op}; killed"
+            )
+            worker.process.kill()
+
+
+def _fail_worker(lock: threading.Lock, worker: _Worker, why: str) -> None:
+    """Marks ``worker`` dead and fails its pending calls with an :class:`EnvWorkerError`."""
+    with lock:
+        if worker.error is None:
+            worker.error = (
+                f"env worker {worker.index} (pid {worker.process.pid}) {why}; "
+                f"its {len(worker.envs)} environment(s) are lost"
+            )
+        pending, worker.pending = worker.pending, {}
+    for call in pending.values():
+        if call.future.set_running_or_notify_cancel():
+            call.future.set_exception(EnvWorkerError(worker.error))
+
+
+def _join_all(workers: list[_Worker], seconds: float) -> None:
+    """Waits up to ``seconds`` in all for the processes of ``workers`` to exit."""
+    deadline = time.monotonic() + seconds
+    for worker in workers:
+        worker.process.join(timeout=max(0.0, deadline - time.monotonic()))
+
+
+def _shut_down(workers: list[_Worker], stop: threading.Event) -> None:
+    """Ends a pool's workers within a bound, however they behave: each is asked to close its
+    envs and exit (:data:`SHUTDOWN_GRACE_S` for all), then sent SIGTERM
+    (:data:`TERMINATE_WAIT_S`), then SIGKILL; its reader thread is joined and its pipe closed.
+    The pool's finalizer: run by :meth:`EnvWorkerPool.close`, when a pool is collected, or at
+    interpreter exit.
+
+    It takes no lock of the pool: the garbage collector may run it in a thread that holds
+    one (a reader's); no worker is added once it runs (the pool is closed or gone)."""
+    stop.set()
+    ending = list(workers)
+    for worker in ending:
+        if worker.alive and worker.send_lock.acquire(timeout=1):
+            try:
+                worker.conn.send((-1, "shutdown", None))
+            except Exception:  # noqa: BLE001  (a broken pipe: the signals below end it)
+                pass
+            finally:
+                worker.send_lock.release()
+    _join_all(ending, SHUTDOWN_GRACE_S)
+    stragglers = [w for w in ending if w.process.is_alive()]
+    for worker in stragglers:
+        worker.process.terminate()
+    _join_all(stragglers, TERMINATE_WAIT_S)
+    for worker in stragglers:
+        if worker.process.is_alive():
+            worker.process.kill()
+    _join_all(stragglers, 5.0)
+    for worker in ending:
+        if worker.reader is not None and worker.reader is not threading.current_thread():
+            worker.reader.join(timeout=1)
+        worker.conn.close()
+
+
+_OPEN_POOLS: set[weakref.finalize] = set()  # the finalizers of this process's pools
+_OPEN_POOLS_LOCK = threading.Lock()
+
+
+def _track(finalizer: weakref.finalize) -> None:
+    with _OPEN_POOLS_LOCK:
+        _OPEN_POOLS.difference_update([f for f in _OPEN_POOLS if not f.alive])
+        _OPEN_POOLS.add(finalizer)
+
+
+def _close_open_pools() -> None:
+    """At interpreter exit (a Ctrl-C included), ends every open pool within its bound, before
+    multiprocessing's own exit hook joins the workers without one (registered earlier by the
+    ``import multiprocessing.util`` above, so it runs after this)."""
+    with _OPEN_POOLS_LOCK:
+        finalizers = list(_OPEN_POOLS)
+        _OPEN_POOLS.clear()
+    for finalizer in finalizers:
+        finalizer()
+
+
+atexit.register(_close_open_pools)
+
+_SPAWNER: dict[str, Any] = {}  # "pid": the process whose spawner thread runs, "queue": its requests
+_SPAWNER_LOCK = threading.Lock()
+
+
+def _start_process(process: Any) -> None:
+    """``process.start()`` from this process's spawner thread, a daemon thread that lives as
+    long as the process: Linux's parent-death signal follows the *thread* that started a
+    worker, so a worker started from a short-lived thread (``asyncio.to_thread``, a request
+    handler) would be killed when that thread ends."""
+    with _SPAWNER_LOCK:
+        if _SPAWNER.get("pid") != os.getpid():  # the first start, or a forked copy
+            requests: queue.SimpleQueue = queue.SimpleQueue()
+            threading.Thread(
+                target=_spawner_loop, args=(requests,), name="gigpo-env-spawner", daemon=True
+            ).start()
+            _SPAWNER.update(pid=os.getpid(), queue=requests)
+        requests = _SPAWNER["queue"]
+    done: Future = Future()
+    requests.put((process, done))
+    done.result()
+
+
+def _spawner_loop(requests: queue.SimpleQueue) -> None:
+    while True:
+        process, done = requests.get()
+        try:
+            process.start()
+        except BaseException as exc:  # noqa: BLE001  (raised again in the caller)
+            done.set_exception(exc)
+        else:
+            done.set_result(None)
+
+
 class EnvWorkerPool:
     """``num_workers`` processes hosting environments (see the module docstring).
 
     Args:
       num_workers: processes to start, >= 1.
       call_timeout_s: the longest one call may wait for its reply before its worker is killed
-        (None: no limit). The time counts from the call, so a call queued behind the same
-        worker's other calls spends part of it waiting; building an env counts as a call.
+        (None: no limit; else at least :data:`MIN_CALL_TIMEOUT_S`, 0.1 s). The time counts
+        from the call, so a call queued behind the same worker's other calls spends part of
+        it waiting; building an env counts as a call.
       start_method: ``multiprocessing`` start method (``spawn`` by default).
     """
 
@@ -188,8 +451,15 @@ class EnvWorkerPool:
     ) -> None:
         if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 1:
             raise ValueError(f"num_workers must be an int >= 1, got {num_workers!r}")
-        if call_timeout_s is not None and not call_timeout_s > 0:
-            raise ValueError(f"call_timeout_s must be > 0 or None, got {call_timeout_s!r}")
+        if call_timeout_s is not None and (
+            isinstance(call_timeout_s, bool)
+            or not isinstance(call_timeout_s, (int, float))
+            or not call_timeout_s >= MIN_CALL_TIMEOUT_S
+        ):
+            raise ValueError(
+                f"call_timeout_s must be a number of seconds >= {MIN_CALL_TIMEOUT_S} or None, "
+                f"got {call_timeout_s!r}"
+            )
         self.num_workers = num_workers
         self.call_timeout_s = call_timeout_s
         self._context = multiprocessing.get_context(start_method)
@@ -197,96 +467,54 @@ class EnvWorkerPool:
         self._ids = itertools.count()
         self._closed = False
         self._places: dict[Any, tuple[_Worker, int]] = {}  # place_with -> (worker, live envs)
-        self._workers = [self._start(i) for i in range(num_workers)]
+        self._workers: list[_Worker] = []  # one list for the pool's life, changed in place
         self._stop = threading.Event()
+        self._finalizer = weakref.finalize(self, _shut_down, self._workers, self._stop)
+        _track(self._finalizer)
+        self._workers.extend(self._start(i) for i in range(num_workers))
         if call_timeout_s is not None:
-            threading.Thread(target=self._watchdog, name="gigpo-env-watchdog", daemon=True).start()
+            threading.Thread(
+                target=_watchdog,
+                args=(self._workers, self._lock, self._stop, call_timeout_s),
+                name="gigpo-env-watchdog",
+                daemon=True,
+            ).start()
 
     # -------------------------------------------------------------- lifecycle
     def _start(self, index: int) -> _Worker:
         parent, child = self._context.Pipe(duplex=True)
+        # a forkserver, not this process, forks the worker: its parent pid is not ours
+        direct = self._context.get_start_method() != "forkserver"
+        parent_pid = os.getpid() if direct else None
         process = self._context.Process(
-            target=_worker_main, args=(child,), name=f"gigpo-env-worker-{index}", daemon=True
+            target=_worker_main,
+            args=(child, parent_pid, _PARENT_DEATH_SIGNAL, _PARENT_WATCH),
+            name=f"gigpo-env-worker-{index}",
+            daemon=True,
         )
-        process.start()
-        child.close()
+        try:
+            _start_process(process)
+        finally:
+            child.close()
         worker = _Worker(index, process, parent)
         worker.reader = threading.Thread(
-            target=self._read, args=(worker,), name=f"gigpo-env-reader-{index}", daemon=True
+            target=_read_replies,
+            args=(worker, self._lock),
+            name=f"gigpo-env-reader-{index}",
+            daemon=True,
         )
         worker.reader.start()
         return worker
 
-    def _read(self, worker: _Worker) -> None:
-        """The reader thread of one worker: resolves the futures of its replies."""
-        try:
-            while True:
-                try:
-                    call_id, ok, value = worker.conn.recv()
-                except (EOFError, OSError):
-                    worker.process.join(timeout=5)
-                    self._fail(worker, f"exited with code {worker.process.exitcode}")
-                    return
-                with self._lock:
-                    call = worker.pending.pop(call_id, None)
-                # a caller that stopped waiting (a cancelled await) leaves a cancelled future
-                if call is None or not call.future.set_running_or_notify_cancel():
-                    continue
-                if ok:
-                    call.future.set_result(value)
-                else:
-                    call.future.set_exception(_rebuild(value))
-        except Exception as exc:  # noqa: BLE001  (an unreadable reply: the worker is unusable)
-            self._fail(worker, f"sent an unreadable reply ({exc!r}); killed")
-            worker.process.kill()
-
-    def _watchdog(self) -> None:
-        """Kills a worker whose oldest pending call has waited past ``call_timeout_s``."""
-        period = min(1.0, self.call_timeout_s / 10)
-        while not self._stop.wait(period):
-            now = time.monotonic()
-            with self._lock:
-                late = [
-                    (w, c.op) for w in self._workers if w.alive
-                    for c in list(w.pending.values())[:1] if c.deadline < now
-                ]  # fmt: skip
-            for worker, op in late:
-                self._fail(
-                    worker, f"took more than call_timeout_s={self.call_timeout_s} s on {op}; killed"
-                )
-                worker.process.kill()
-
-    def _fail(self, worker: _Worker, why: str) -> None:
-        with self._lock:
-            if worker.error is None:
-                worker.error = (
-                    f"env worker {worker.index} (pid {worker.process.pid}) {why}; "
-                    f"its {len(worker.envs)} environment(s) are lost"
-                )
-            pending, worker.pending = worker.pending, {}
-        for call in pending.values():
-            if call.future.set_running_or_notify_cancel():
-                call.future.set_exception(EnvWorkerError(worker.error))
-
     def close(self) -> None:
-        """Stops every worker (their environments are closed); idempotent."""
+        """Stops every worker and waits for them, in at most about
+        ``SHUTDOWN_GRACE_S + TERMINATE_WAIT_S`` seconds (4 s): the workers close their
+        environments and exit, or are sent SIGTERM, then SIGKILL. Calls still pending fail
+        with :class:`EnvWorkerError`. Idempotent; a pool dropped without it, or still open at
+        interpreter exit, is closed the same way."""
         with self._lock:
-            if self._closed:
-                return
             self._closed = True
-            workers = list(self._workers)
-        self._stop.set()
-        for worker in workers:
-            if worker.alive:
-                try:
-                    self._submit(worker, "shutdown", None).result(timeout=30)
-                except Exception:  # noqa: BLE001  (a worker that will not stop is killed below)
-                    pass
-            worker.process.join(timeout=10)
-            if worker.process.is_alive():
-                worker.process.kill()
-                worker.process.join(timeout=10)
-            worker.conn.close()
+        self._finalizer()
 
     def __enter__(self) -> EnvWorkerPool:
         return self
@@ -316,8 +544,14 @@ class EnvWorkerPool:
                 future.set_exception(
                     EnvWorkerError(f"the arguments of {op} cannot be sent to a worker: {exc}")
                 )
-            else:
-                self._fail(worker, f"cannot be reached ({exc})")
+            else:  # a broken pipe: the worker is dying; name its exit code when it has one
+                worker.process.join(timeout=1)
+                code = worker.process.exitcode
+                why = (
+                    f"exited with code {code}" if code is not None else f"cannot be reached ({exc})"
+                )
+                _fail_worker(self._lock, worker, why)
+                worker.process.kill()  # one that cannot be reached serves nothing
                 future.set_exception(EnvWorkerError(worker.error or str(exc)))
         return future
 

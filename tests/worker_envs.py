@@ -2,11 +2,14 @@
 
 They live in a module of their own, importable by name, because the pool's workers are
 spawned processes: a factory reaches them pickled by reference. Each wraps a real gigpo
-environment and misbehaves in one way on ``step``.
+environment and misbehaves in one way on ``step`` (the lifetime tests,
+tests/envs/test_env_workers_lifetime.py, hang a worker with ``hang`` and
+:func:`stubborn_sokoban`).
 """
 
 from __future__ import annotations
 
+import signal
 import sys
 import time
 
@@ -26,6 +29,8 @@ class _Misbehaving(gym.Wrapper):
                 sys.exit(3)
             if self.how == "sleep":
                 time.sleep(60)
+            if self.how == "hang":
+                time.sleep(3600)
             if self.how == "nap":
                 time.sleep(1)
             if self.how == "unpicklable":
@@ -38,6 +43,22 @@ class _Misbehaving(gym.Wrapper):
 
 class NotPicklableError(Exception):
     """An exception whose argument does not pickle."""
+
+
+class _Stubborn(gym.Wrapper):
+    """Ignores SIGTERM from its first ``reset`` on, and hangs in every ``step``."""
+
+    def reset(self, **kwargs):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        return self.env.reset(**kwargs)
+
+    def step(self, action):
+        time.sleep(3600)
+        return self.env.step(action)
+
+
+def stubborn_sokoban() -> gym.Env:
+    return _Stubborn(make_env("gigpo/Sokoban-v0"))
 
 
 def misbehaving_sokoban(how: str) -> gym.Env:

@@ -186,8 +186,9 @@ def test_bad_pool_arguments_are_refused_and_heavy_envs_are_declared():
     for bad in (0, -1, 1.5, True):
         with pytest.raises(ValueError, match="num_workers"):
             EnvWorkerPool(bad)
-    with pytest.raises(ValueError, match="call_timeout_s"):
-        EnvWorkerPool(1, call_timeout_s=0)
+    for bad in (0, 0.05, 1e-6, float("nan"), "1", True):
+        with pytest.raises(ValueError, match="call_timeout_s must be a number of seconds >= 0.1"):
+            EnvWorkerPool(1, call_timeout_s=bad)
     assert cpu_heavy("gigpo/ALFWorld-v0") and cpu_heavy("gigpo/WebShop-v0")
     assert not cpu_heavy("gigpo/Sokoban-v0") and not cpu_heavy("gigpo/SearchQA-v0")
 
