@@ -20,7 +20,9 @@ CPU with native bfloat16 (``avx512_bf16`` or ``amx_bf16``) it runs under bfloat1
 elsewhere in float32 (``dtype="auto"``; ``benchmarks/bench_advantages.py`` reports how far
 the two dtypes' cosines lie apart); a cosine that close to the threshold can then fall on
 either side on two machines. Any callable ``texts -> array (n, d)`` can replace the encoder
-(``encoder=``).
+(``encoder=``); its rows may have any finite, non-zero length (each is scaled to unit length,
+by its largest entry first so that no magnitude overflows); a NaN, inf or zero row is a
+``ValueError``.
 
 A process-wide encoder is the one exception to the library's "no state, no I/O" rule
 (docs/design.md): loading the model once per process is what makes the metric usable.
@@ -168,8 +170,12 @@ def strip_shared(texts: Sequence[str]) -> list[str]:
     if not all(cut):
         tail = 0
         cut = [t[head:].strip() for t in texts]
-    while not all(cut) and head > 0:
-        head = _last_space_end(texts[0][: head - 1])
+    if not all(cut):
+        # Give back shared words until every text keeps a non-space character at or after
+        # ``head``: the latest word start at or before the earliest last non-space character
+        # of any text, found in one pass (a word at a time was quadratic on long whitespace).
+        keep = min(_last_nonspace(t) for t in texts)
+        head = _last_space_end(texts[0][: max(keep, 0)])
         cut = [t[head:].strip() for t in texts]
     return cut
 
@@ -251,10 +257,13 @@ def _embed(texts: list[str], encoder: Encoder | None) -> np.ndarray:
         )
     if not np.isfinite(vectors).all():
         raise ValueError("the encoder returned NaN or inf")
-    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
-    if (norms == 0).any():
+    # Each row is divided by its largest magnitude before its norm is taken: the squares of
+    # a row like 1e308 would overflow to inf (every cosine 0), those of 1e-200 underflow to 0.
+    scale = np.abs(vectors).max(axis=1, keepdims=True) if vectors.shape[1] else None
+    if scale is None or (scale == 0).any():
         raise ValueError("the encoder returned a zero vector; its cosine is undefined")
-    return vectors / norms
+    vectors = vectors / scale
+    return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
 
 
 def _shared_length(texts: list[str], reverse: bool) -> int:
@@ -282,6 +291,11 @@ def _last_space_end(prefix: str) -> int:
         if prefix[k].isspace():
             return k + 1
     return 0
+
+
+def _last_nonspace(text: str) -> int:
+    """Index of ``text``'s last non-whitespace character (-1 if none)."""
+    return len(text.rstrip()) - 1
 
 
 def _first_space_start(suffix: str) -> int:

@@ -97,6 +97,44 @@ def test_strip_shared_by_hand(texts, cut):
     assert strip_shared(texts) == cut
 
 
+@pytest.mark.parametrize(
+    ("texts", "cut"),
+    [
+        # A text that the shared start would empty: the words are given back to the last one
+        # every text keeps, however long the whitespace runs between them.
+        (["go" + " " * 5000, "go" + " " * 5000 + "north"], ["go", "go" + " " * 5000 + "north"]),
+        ([" " * 5000, " " * 5000 + "b"], ["", "b"]),  # an all-space text: nothing to keep
+        (["a b" + " " * 300, "a b" + " " * 300 + "c"], ["b", "b" + " " * 300 + "c"]),
+        (["x a\t\n  ", "x a\t\n  y", "x a\t\n  z"], ["a", "a\t\n  y", "a\t\n  z"]),
+        (["p q r ", "p q r s", "p q "], ["q r", "q r s", "q"]),
+    ],
+)
+def test_strip_shared_gives_back_words_over_long_whitespace(texts, cut):
+    assert strip_shared(texts) == cut
+
+
+class _CountedSlices(str):
+    """A str that counts how often it is sliced (each slice copies up to its length)."""
+
+    slices = 0
+
+    def __getitem__(self, key):
+        _CountedSlices.slices += isinstance(key, slice)
+        return str.__getitem__(self, key)
+
+
+def test_strip_shared_slices_its_texts_a_bounded_number_of_times():
+    # Giving back one whitespace character at a time sliced the text once per character:
+    # quadratic (100k spaces took seconds). The number of slices must not grow with the run.
+    counts = []
+    for spaces in (100, 10_000):
+        _CountedSlices.slices = 0
+        texts = [_CountedSlices("go" + " " * spaces), _CountedSlices("go" + " " * spaces + "n")]
+        assert strip_shared(texts) == ["go", "go" + " " * spaces + "n"]
+        counts.append(_CountedSlices.slices)
+    assert counts[0] == counts[1] < 20
+
+
 def test_bad_encoders_and_inputs_are_clear_errors():
     texts, groups = ["alpha", "bravo"], [0, 0]
     with pytest.raises(ValueError, match="shape"):
@@ -135,6 +173,38 @@ def test_bad_encoders_and_inputs_are_clear_errors():
         ["x", "x", "y"], [0, 0, 1], similarity=0.5, encoder=_never, metric="embedding"
     )
     np.testing.assert_array_equal(one, [0, 0, 1])
+
+
+@pytest.mark.parametrize("scale", [1e308, 1e-300, 5e-324])
+def test_huge_and_tiny_encoder_vectors_give_the_cosines_of_their_directions(scale):
+    # Squaring 1e308 overflows to inf (every cosine was 0: alpha and bravo, 20 degrees apart,
+    # split at t = 0.9); squaring 1e-300 underflows to 0 (a "zero vector" error).
+    unit = angle_encoder(ANGLES)
+    texts = ["alpha", "bravo", "charlie", "delta", "echo"]
+    ids = anchor_groups(
+        texts,
+        [0] * 5,
+        similarity=math.cos(math.radians(30)),
+        encoder=lambda t: unit(t) * scale,
+        metric="embedding",
+    )
+    np.testing.assert_array_equal(ids, [0, 0, 1, 1, 2])  # as test_first_fit_by_hand's
+    same = anchor_groups(
+        ["alpha", "bravo"],
+        [0, 0],
+        similarity=0.99,
+        encoder=lambda t: np.full((len(t), 384), scale),
+        metric="embedding",
+    )
+    np.testing.assert_array_equal(same, [0, 0])  # one direction: one cluster
+    with pytest.raises(ValueError, match="NaN or inf"):
+        anchor_groups(
+            ["alpha", "bravo"],
+            [0, 0],
+            similarity=0.5,
+            encoder=lambda t: np.array([[scale, np.inf], [1.0, 0.0]]),
+            metric="embedding",
+        )
 
 
 def _never(texts):
