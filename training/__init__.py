@@ -5,7 +5,8 @@ In the layers of docs/design.md, lowest first:
 - the shared modules here, which both trainers build on: :mod:`training.records` (the one
   step record), :mod:`training.settings` (the estimator settings), :mod:`training.advantages`
   (step records to advantages), :mod:`training.stats`, :mod:`training.record_files`,
-  :mod:`training.text`, :mod:`training.files`, :mod:`training.smollm2`;
+  :mod:`training.text`, :mod:`training.files`, :mod:`training.smollm2`,
+  :mod:`training.locks` (one writer per output folder);
 - the trainers: :mod:`training.local` (one machine, ``gigpo-train``) and
   :mod:`training.openrlhf` (OpenRLHF across GPUs);
 - the tools around them: :mod:`training.viewer` (``gigpo-view``), :mod:`training.evaluation`

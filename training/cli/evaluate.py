@@ -28,6 +28,7 @@ from training.evaluation.heldout import (
 from training.evaluation.suites import SuiteError, load_suite, suite_names
 from training.evaluation.table import compare
 from training.local.config import ConfigError
+from training.locks import FolderLockError
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -110,6 +111,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(exc))
     try:
         summary = evaluate_heldout(args.model, config, settings, out)
+    except FolderLockError as exc:  # another process holds --out, or it is not an evaluation's
+        print(f"{parser.prog}: error: {exc}", file=sys.stderr)
+        return 2
     except ModelError as exc:
         parser.error(str(exc))
     print(json.dumps(summary))
@@ -141,6 +145,9 @@ def _suite(args: argparse.Namespace, overrides: list[str], parser: argparse.Argu
     )  # fmt: skip
     try:
         table = evaluate_suite(request)
+    except FolderLockError as exc:  # another process holds --out, or it is not a suite run's
+        print(f"{parser.prog}: error: {exc}", file=sys.stderr)
+        return 2
     except ConfigError as exc:
         parser.error(str(exc))
     print(table, end="")

@@ -26,6 +26,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--baseline", action="store_true", help="also train GRPO")
     args, overrides = parser.parse_known_args(argv)
     from training.local.train import train
+    from training.locks import FolderLockError
 
     runs = {}
     plans = [("gigpo", "GiGPO")] + ([("grpo", "GRPO")] if args.baseline else [])
@@ -40,7 +41,11 @@ def main(argv: list[str] | None = None) -> int:
         except ConfigError as exc:
             parser.error(str(exc))
         print(f"== {label}: {config.model.name_or_path} on {config.env.id} -> {out}", flush=True)
-        train(config)
+        try:
+            train(config)
+        except FolderLockError as exc:  # another process holds the folder
+            print(f"{parser.prog}: error: {exc}", file=sys.stderr)
+            return 2
         runs[label] = read_metrics(out)
     curve = plot_curves(runs, Path(args.out) / "curve.png")
     for label, rows in runs.items():

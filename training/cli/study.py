@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from training.local.config import TRAINER_ESTIMATORS, ConfigError
+from training.locks import FolderLockError
 from training.study.plan import (
     Arm,
     Part,
@@ -46,7 +47,7 @@ from training.study.plan import (
     parse_arm,
 )
 from training.study.plan import plan_runs as plan_part_runs
-from training.study.runs import run_all, study_path, write_study
+from training.study.runs import hold_study, run_all, study_path, write_study
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -86,19 +87,38 @@ def main(argv: list[str] | None = None) -> int:
     tick = time.perf_counter()
     try:
         parts, options = _parts(args)
-        jobs = args.jobs or options.get("jobs", 2)
-        threads = args.threads or options.get("threads", 1)
-        runs, parts = plan_part_runs(parts, out, args.quick, threads)
     except ConfigError as exc:
         parser.error(str(exc))
-    run_all(runs, jobs)
-    command = "python -m training.study " + " ".join(argv if argv is not None else sys.argv[1:])
-    header = (
-        f"## Estimator study\n\n`{command}`: {len(runs)} runs, "
-        f"{(time.perf_counter() - tick) / 60:.1f} min wall (this invocation), "
-        f"{os.cpu_count()} CPU cores, {jobs} runs at once, {threads} torch thread(s) each."
-    )
-    write_study(runs, parts, out, header)
+    try:
+        # Held before planning, which builds the shared tiny models into out/models/.
+        lock = hold_study(out)
+    except FolderLockError as exc:
+        print(f"{parser.prog}: error: {exc}", file=sys.stderr)
+        return 2
+    with lock:
+        try:
+            jobs = args.jobs or options.get("jobs", 2)
+            threads = args.threads or options.get("threads", 1)
+            runs, parts = plan_part_runs(parts, out, args.quick, threads)
+        except ConfigError as exc:
+            lock.discard()  # a folder made for a study that cannot run is removed again
+            parser.error(str(exc))
+        command = "python -m training.study " + " ".join(argv if argv is not None else sys.argv[1:])
+        try:
+            run_all(runs, jobs)
+            header = (
+                f"## Estimator study\n\n`{command}`: {len(runs)} runs, "
+                f"{(time.perf_counter() - tick) / 60:.1f} min wall (this invocation), "
+                f"{os.cpu_count()} CPU cores, {jobs} runs at once, {threads} torch thread(s) "
+                "each."
+            )
+            write_study(runs, parts, out, header)
+        except ValueError as exc:  # ConfigError, GuardError: a folder or file named
+            print(f"{parser.prog}: error: {exc}", file=sys.stderr)
+            return 2
+        except RuntimeError as exc:  # a run failed: its folder and log named
+            print(f"{parser.prog}: error: {exc}", file=sys.stderr)
+            return 1
     print((out / "study.md").read_text())
     return 0
 

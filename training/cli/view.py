@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from training.locks import FolderBusyError
 from training.record_files import RolloutFileError
 from training.viewer.page import VIEW_FILE, ViewError, write_page
 from training.viewer.serve import serve
@@ -44,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         path, info = write_page(args.run_dir, args.output, args.iteration, args.max_chars)
-    except (ViewError, RolloutFileError) as exc:
+    except (ViewError, RolloutFileError, FolderBusyError) as exc:
         print(f"python -m training.cli.view: error: {exc}", file=sys.stderr)
         return 2
     print(

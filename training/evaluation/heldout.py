@@ -34,6 +34,7 @@ import numpy as np
 
 from training.files import atomic_write_text
 from training.local.config import ConfigError, TrainConfig, load_config
+from training.locks import hold_folder
 
 #: Prompt variants.
 PROMPTS = ("template", "react")
@@ -73,7 +74,7 @@ class EvalSettings:
         if self.episodes < 1:
             raise ConfigError(f"--episodes must be >= 1, got {self.episodes}")
         if not (np.isfinite(self.temperature) and self.temperature >= 0):
-            raise ConfigError(f"--temperature must be >= 0, got {self.temperature}")
+            raise ConfigError(f"--temperature must be a finite number >= 0, got {self.temperature}")
         if not 0 < self.top_p <= 1:
             raise ConfigError(f"--top-p must be in (0, 1], got {self.top_p}")
         if self.prompt not in PROMPTS:
@@ -204,36 +205,40 @@ def evaluate_heldout(
         model: as ``--model`` (a run directory of ours, ``smollm2``, ``tiny-random``, a model
             directory).
         config: the env, prompt and rollout settings (already :func:`prompt_config`'d).
-        out: the output folder (created).
+        out: the output folder (created), held by this process from start to end
+            (:func:`training.locks.hold_folder`, kind ``evaluate``).
 
     Returns:
         The summary written (the model, env and decoding settings, then :func:`play`'s).
 
     Raises:
         ModelError: the model cannot be loaded (:func:`load_policy`'s error, its message kept).
+        FolderLockError: ``out`` is held by another process (FolderBusyError, naming it), or
+            holds another kind of output, a suite run or a training run (FolderKindError);
+            nothing in it is touched.
     """
-    out.mkdir(parents=True, exist_ok=True)
-    try:
-        policy, tokenizer, path = load_policy(model, config, out)
-    except (FileNotFoundError, RuntimeError, ValueError) as exc:
-        raise ModelError(str(exc)) from exc
-    summary, episodes = play(policy, tokenizer, config, settings)
-    summary = {
-        "model": model,
-        "model_dir": str(path),
-        "env_id": config.env.id,
-        "env_kwargs": config.env.kwargs,
-        "heldout_fraction": config.env.heldout_fraction,
-        "run_seed": config.run.seed,
-        "prompt": settings.prompt,
-        "temperature": settings.temperature,
-        "top_p": settings.top_p if settings.temperature > 0 else 1.0,
-        "max_new_tokens": config.rollout.max_new_tokens,
-        **summary,
-    }
-    rows = "".join(json.dumps(row) + "\n" for row in episodes)
-    atomic_write_text(out / "episodes.jsonl", rows)
-    atomic_write_text(out / "summary.json", json.dumps(summary, indent=1) + "\n")
+    with hold_folder(out, "evaluate", "gigpo-evaluate"):
+        try:
+            policy, tokenizer, path = load_policy(model, config, out)
+        except (FileNotFoundError, RuntimeError, ValueError) as exc:
+            raise ModelError(str(exc)) from exc
+        summary, episodes = play(policy, tokenizer, config, settings)
+        summary = {
+            "model": model,
+            "model_dir": str(path),
+            "env_id": config.env.id,
+            "env_kwargs": config.env.kwargs,
+            "heldout_fraction": config.env.heldout_fraction,
+            "run_seed": config.run.seed,
+            "prompt": settings.prompt,
+            "temperature": settings.temperature,
+            "top_p": settings.top_p if settings.temperature > 0 else 1.0,
+            "max_new_tokens": config.rollout.max_new_tokens,
+            **summary,
+        }
+        rows = "".join(json.dumps(row) + "\n" for row in episodes)
+        atomic_write_text(out / "episodes.jsonl", rows)
+        atomic_write_text(out / "summary.json", json.dumps(summary, indent=1) + "\n")
     return summary
 
 

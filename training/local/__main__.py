@@ -35,15 +35,19 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(exc))
     from training.local.checkpoint import UnsafeCheckpointError
     from training.local.policy import TrainingDivergedError
-    from training.local.resume import ResumeConfigError, check_resume
+    from training.local.resume import ResumeConfigError
     from training.local.train import train
+    from training.locks import FolderLockError
 
     try:
-        check_resume(config)
+        # The resume check runs inside train(), once --out is held: a crashed save is
+        # finished there only when no other trainer can be writing that folder.
+        rows = train(config)
+    except FolderLockError as exc:  # another process holds --out, or it is not a run's
+        print(f"{parser.prog}: error: {exc}", file=sys.stderr)
+        return 2
     except (ResumeConfigError, UnsafeCheckpointError) as exc:
         parser.error(str(exc))
-    try:
-        rows = train(config)
     except ConfigError as exc:  # the memory plan does not fit
         parser.error(str(exc))
     except TrainingDivergedError as exc:

@@ -39,6 +39,7 @@ from training.local.resume import check_resume
 from training.local.schema import TrainConfig, resolve_defaults
 from training.local.tensorboard import ScalarLog
 from training.local.threads import ThreadGovernor
+from training.locks import hold_folder
 from training.record_files import prune_rollouts, record_rows, write_rollouts
 from training.records import StepRecords
 from training.stats import step_group_summary
@@ -53,18 +54,31 @@ def train(config: TrainConfig) -> list[dict[str, Any]]:
     ``checkpoint/``, ``rollouts/`` (step records, :mod:`training.record_files`) and
     ``tensorboard/`` (see ``run.tensorboard``).
 
+    The run holds ``run.out`` for itself from start to end (:func:`training.locks.hold_folder`,
+    kind ``train``): a second writer, or a folder another kind of command made, is refused
+    before anything is read or written there.
+
     Raises:
         ConfigError: the run's memory plan (:mod:`training.local.memory`) does not fit the
             device's free memory (or ``$GIGPO_FREE_MEMORY_GIB``); raised before any weight
             loads, naming the settings to change.
+        FolderLockError: ``run.out`` is held by another process (FolderBusyError, naming it)
+            or holds another kind of output (FolderKindError).
+        ResumeConfigError, UnsafeCheckpointError: as
+            :func:`training.local.resume.check_resume`.
     """
     require_train_extra()
 
     # a config built in code gets the defaults and checks a loaded one got
     validate(resolve_defaults(config))
+    with hold_folder(Path(config.run.out), "train", "gigpo-train"):
+        return _train_held(config)
+
+
+def _train_held(config: TrainConfig) -> list[dict[str, Any]]:
+    """:func:`train`'s run, with ``run.out`` held by this process."""
     out = Path(config.run.out)
     check_resume(config)
-    out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / "config.json", json.dumps(config.to_dict(), indent=2) + "\n")
     if config.run.keep_freed_memory:
         keep_freed_memory()

@@ -34,12 +34,15 @@ serves it, the checks of a rollout file are :mod:`training.viewer.checks`, the H
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
+from training.files import atomic_write_text
+from training.guarded import read_json_file
 from training.local.metrics import METRICS_FILE, read_metrics
+from training.locks import FolderBusyError, FolderLockError, hold_file
 from training.record_files import read_rollouts, read_summary, rollout_files
+from training.text import bound_text
 from training.viewer.assets import SCRIPT, STYLE
 from training.viewer.checks import (
     SURROGATE,
@@ -138,14 +141,18 @@ def build_page(
 
 
 def _read_config(run: Path) -> str:
+    """One line of the run's ``config.json`` (read by the guarded reader; each value shown
+    cut short), or ``"no readable config.json"``."""
     try:
-        config = json.loads((run / "config.json").read_text())
+        config = read_json_file(run / "config.json", "config", nonfinite=True)
         env, algo, model = config["env"], config["algo"], config["model"]
-        return (
-            f"env {env['id']} ({env['num_groups']} groups x {env['group_size']}), "
-            f"estimator {algo['estimator']}, model {model['name_or_path']}"
-        )
-    except (OSError, ValueError, KeyError, TypeError, RecursionError, MemoryError):
+        values = [env["id"], env["num_groups"], env["group_size"], algo["estimator"],
+                  model["name_or_path"]]  # fmt: skip
+        if not all(isinstance(v, str | int) and not isinstance(v, bool) for v in values):
+            return "no readable config.json"
+        name, groups, size, estimator, path = (bound_text(v, 200) for v in values)
+        return f"env {name} ({groups} groups x {size}), estimator {estimator}, model {path}"
+    except (ValueError, KeyError, TypeError, MemoryError):  # GuardError is a ValueError
         return "no readable config.json"
 
 
@@ -157,16 +164,33 @@ def write_page(
 ) -> tuple[Path, dict[str, Any]]:
     """Writes the page; returns its path and what it holds (with ``bytes``).
 
+    The run folder is only read, never locked: a run still training can be viewed. The page
+    is held by one writer (:func:`training.locks.hold_file`, the lock file ``.view.html.lock``
+    beside it) from reading the run to writing the page, and written atomically (a reader,
+    or ``--serve``, sees the old page or the new one, never a part).
+
     Raises:
         ViewError: as :func:`build_page`, or the page cannot be written where asked.
+        FolderBusyError: another process is writing the same page (its pid and command named).
         training.record_files.RolloutFileError: as :func:`build_page`.
     """
-    page, info = build_page(run_dir, iteration, max_chars)
     path = Path(output) if output is not None else Path(run_dir) / VIEW_FILE
+    if not Path(run_dir).is_dir():
+        raise ViewError(f"no run directory {run_dir}")  # before any folder is made for -o
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(page, encoding="utf-8")
+        lock = hold_file(path, "gigpo-view")
     except OSError as exc:
         raise ViewError(f"cannot write the page to {path}: {exc.strerror or exc}") from None
-    info["bytes"] = path.stat().st_size
+    except FolderLockError as exc:
+        if isinstance(exc, FolderBusyError):
+            raise
+        raise ViewError(f"cannot write the page to {path}: {exc}") from None
+    with lock:
+        page, info = build_page(run_dir, iteration, max_chars)
+        try:
+            atomic_write_text(path, page)
+        except OSError as exc:
+            raise ViewError(f"cannot write the page to {path}: {exc.strerror or exc}") from None
+        info["bytes"] = path.stat().st_size
     return path, info
