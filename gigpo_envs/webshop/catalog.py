@@ -37,6 +37,10 @@ from gigpo_envs.webshop.vocab import (
     PRODUCT_TYPES,
 )
 
+#: The largest ``num_products``, generated or read: above the 1,181,436 products of WebShop's
+#: full catalog, so every real file fits; a generated catalog this size already takes
+#: gigabytes (about 5 kB of memory a product).
+MAX_PRODUCTS = 2_000_000
 _ASIN_ALPHABET = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 _ASIN_SPACE = 36**8
 _ASIN_STRIDE = 1_000_003  # prime, coprime with 36**8: index -> asin is one-to-one
@@ -113,7 +117,7 @@ def generate_raw(
     """Generates a catalog in WebShop's file schema.
 
     Args:
-      num_products: how many products (``>= 1``).
+      num_products: how many products (``1 .. MAX_PRODUCTS``).
       seed: the catalog seed; the same ``(num_products, seed)`` gives the same catalog, and a
         larger catalog of one seed starts with the smaller one's products.
 
@@ -121,8 +125,8 @@ def generate_raw(
       ``(items, attributes, human_instructions)``: the contents of ``items_shuffle.json``,
       ``items_ins_v2.json`` and ``items_human_ins.json``.
     """
-    if isinstance(num_products, bool) or int(num_products) < 1:
-        raise ValueError(f"num_products must be >= 1, got {num_products!r}")
+    if isinstance(num_products, bool) or not 1 <= int(num_products) <= MAX_PRODUCTS:
+        raise ValueError(f"num_products must be in 1..{MAX_PRODUCTS:,}, got {num_products!r}")
     if isinstance(seed, bool) or int(seed) < 0:
         raise ValueError(f"seed must be a non-negative int, got {seed!r}")
     items: list[dict[str, Any]] = []

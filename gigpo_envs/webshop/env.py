@@ -22,6 +22,7 @@ from gigpo_envs.arguments import (
 )
 from gigpo_envs.base import TextEnv
 from gigpo_envs.parsing import ActionParser
+from gigpo_envs.webshop.catalog import MAX_PRODUCTS
 from gigpo_envs.webshop.data import Goal
 from gigpo_envs.webshop.nouns import noun_tagger as make_noun_tagger
 from gigpo_envs.webshop.pages import (
@@ -39,9 +40,6 @@ from gigpo_envs.webshop.templates import WEBSHOP_TEMPLATE
 
 _ACTION = re.compile(r"^(search|click)\s*\[(.*)\]$", re.DOTALL)
 _FULL_MATCH = 1.0 - 1e-9
-#: The largest ``num_products``: above the 1,181,436 products of WebShop's full catalog, so
-#: every real file fits; a generated catalog this size already takes gigabytes.
-MAX_PRODUCTS = 2_000_000
 
 
 class WebShopEnv(TextEnv):

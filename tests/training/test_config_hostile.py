@@ -47,6 +47,9 @@ def _run(argv: list[str]) -> int:
         (["--model.name_or_path=/no/such/model"], "model.name_or_path"),
         (["--env.kwargs={a: &x [1, 2], b: *x}"], "alias"),
         (["--env.kwargs=" + "[" * 10_000 + "]" * 10_000], "env.kwargs"),
+        # Past Python's own digit limit (4300): a named error, not a bare ValueError.
+        (["--run.seed=" + "1" * 5000], "run.seed"),
+        (["--env.kwargs={max_position: " + "9" * 5000 + "}"], "env.kwargs"),
     ],
 )
 def test_a_hostile_override_exits_2_naming_its_key(tmp_path, capsys, overrides, key):
@@ -69,6 +72,10 @@ def test_a_hostile_override_exits_2_naming_its_key(tmp_path, capsys, overrides, 
         (b"{" * 10_000 + b"}" * 10_000, "nested deeper"),
         (b"model:\n  name_or_path: [" + b"1, " * 400_000 + b"1]\n", "over"),
         (b"1: {a: 2}\n", "config keys are names"),
+        (b"run:\n  seed: " + b"1" * 5000 + b"\n", "run.seed (line 2"),
+        (b"env:\n  kwargs:\n    m: [1, " + b"9" * 5000 + b"]\n", "env.kwargs.m[1] (line 3"),
+        (b"env:\n  kwargs:\n    m: 0x" + b"f" * 200 + b"\n", "an integer of 200 digits"),
+        (b"run:\n  label: &n x\n", "anchors"),
         (b"optim:\n  lr: .inf\n", "optim.lr"),
     ],
 )

@@ -180,7 +180,8 @@ def test_wilson_interval_by_hand():
     ("args", "message"),
     [
         (["--episodes", "0"], "--episodes must be >= 1"),
-        (["--temperature", "-1"], "--temperature must be >= 0"),
+        (["--temperature", "-1"], "--temperature must be a finite number >= 0, got -1.0"),
+        (["--temperature", "nan"], "--temperature must be a finite number >= 0, got nan"),
         (["--prompt", "cot"], "invalid choice"),
         (["--env.id=gigpo/Nope-v0"], "env.id"),
         (["--batch-size", "0"], "--batch-size"),

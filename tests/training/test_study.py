@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import math
+import re
+from pathlib import Path
 
 import pytest
 
@@ -290,3 +292,105 @@ def test_a_run_folder_with_other_settings_is_refused_before_training(tmp_path, t
     # --quick runs live in their own folders, never beside the full ones.
     quick = plan_runs([config], ["grpo"], [0], out, quick=True)
     assert "runs-quick" in str(quick[0].out)
+
+
+def _tiny_random_config(tmp_path) -> str:
+    path = tmp_path / "tiny_random.yaml"
+    path.write_text(
+        "model: {name_or_path: tiny-random}\n"
+        "env:\n  id: gigpo/NumberLine-v0\n  kwargs: {max_position: 3, max_steps: 2}\n"
+        "  num_groups: 1\n  group_size: 2\n  history_length: 0\n  heldout_fraction: 0.25\n"
+        "rollout: {max_new_tokens: 2}\neval: {groups: 1, every: 2}\n"
+        "algo: {minibatch_size: 4}\nrun: {iterations: 2, checkpoint_every: 0}\n"
+    )
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--seeds", "4294967296"], r"--seeds\[0\]: a seed is the trainer's run.seed"),
+        (["--seeds", *map(str, range(10_001))], "at most 10000 seeds"),
+        (["--arm", "gigpo:step_weight=" + "1" * 5000], r"algo.step_weight.*5000 digits"),
+        (["--arm", "gigpo:similarity_metric=" + "a" * 313], "338 characters, over the limit"),
+        (["--arm", "gigpo:similarity_metric=../../x"], "letters, digits"),
+    ],
+)
+def test_numbers_and_arms_are_checked_before_the_shared_model_is_built(
+    tmp_path, capsys, argv, message
+):
+    out = tmp_path / "o"
+    with pytest.raises(SystemExit) as exc:
+        main(["--config", _tiny_random_config(tmp_path), *argv, "--out", str(out)])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert re.search(message, err), err
+    assert "Traceback" not in err and len(err) < 2000
+    assert not (out / "models").exists()  # refused before any tiny model was built
+
+
+ALIAS_BOMB = "\n".join(
+    ["overrides: [--run.iterations=1]", "parts: [{configs: [c.yaml], arms: [gigpo]}]", "x:"]
+    + ['  a0: &a0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    + [f"  a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]" for i in range(1, 9)]
+)
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        (ALIAS_BOMB, "anchors and aliases"),
+        ("parts: " + "[" * 20_000 + "]" * 20_000, "nested deeper than 32"),
+        (
+            "parts: [{configs: [c.yaml], arms: [gigpo], seeds: [" + "7" * 5000 + "]}]",
+            r"parts\[0\].seeds\[0\] \(line 1.*5000 digits",
+        ),
+        (
+            "parts: [{configs: [c.yaml], arms: [gigpo], seeds: [4294967296]}]",
+            r"parts.0.seeds\[0\]: a seed",
+        ),
+        ("parts: [{configs: [c.yaml], arms: [gigpo], seeds: 10001}]", "at most 10000 seeds"),
+        ("parts: [{configs: [c.yaml], arms: ['gigpo:kl_coef=" + "9" * 300 + "']}]", "300 digits"),
+        ("parts: [1]\n" + "# padding\n" * 200_000, "over the limit of 1048576 bytes"),
+    ],
+)
+def test_a_hostile_study_file_is_a_short_named_error(tmp_path, text, message):
+    (tmp_path / "c.yaml").write_text("run: {iterations: 1}\n")
+    path = tmp_path / "study.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as exc:
+        load_study_file(path)
+    assert re.search(message, str(exc.value)), str(exc.value)
+    assert len(str(exc.value)) < 1000
+
+
+def test_a_moved_or_copied_study_resumes_where_it_is_without_training_again(tmp_path, monkeypatch):
+    import shutil
+
+    config = _tiny_random_config(tmp_path)
+    argv = ["--config", config, "--estimators", "grpo", "--seeds", "0", "--quick"]
+    first = tmp_path / "first"
+    assert main([*argv, "--out", str(first)]) == 0
+    run = Path("runs-quick") / "tiny_random" / "grpo" / "seed0"
+    saved = json.loads((first / run / "config.json").read_text())
+    assert saved["model"]["name_or_path"] == "tiny-random"  # no path inside the study folder
+    assert (first / run / "tiny-model").is_symlink()
+
+    def stamps(study):
+        return [(study / run / name).stat().st_mtime_ns for name in ("metrics.jsonl", "train.log")]
+
+    before = stamps(first)
+    moved = tmp_path / "moved"
+    first.rename(moved)
+    monkeypatch.chdir(tmp_path)
+    assert main([*argv, "--out", "moved"]) == 0  # moved, and a relative --out
+    assert stamps(moved) == before  # nothing trained again
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    assert main([*argv, "--out", "../moved"]) == 0  # from another folder
+    assert stamps(moved) == before
+    copied = tmp_path / "copied"
+    shutil.copytree(moved, copied, symlinks=True)  # as cp -r does
+    copied_before = stamps(copied)
+    assert main([*argv, "--out", str(copied)]) == 0
+    assert stamps(copied) == copied_before

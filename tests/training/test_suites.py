@@ -385,7 +385,7 @@ def test_suite_files_need_their_own_name_and_distinct_parts(tmp_path):
         load_suite(path)
     raw.update(parts=raw["parts"][:1], sampling={"temperature": "hot"})
     path.write_text(json.dumps(raw))
-    with pytest.raises(SuiteError, match="sampling.temperature must be a number"):
+    with pytest.raises(SuiteError, match="sampling.temperature must be a finite number"):
         load_suite(path)
 
 
@@ -414,15 +414,19 @@ def test_a_quick_look_then_more_reuses_its_rows(tiny_model_dir, tmp_path):
 
 
 def test_one_folder_one_writer(tiny_model_dir, tmp_path, capsys):
-    import fcntl
+    import os
+
+    from training.locks import hold_folder
 
     out = tmp_path / "busy"
-    out.mkdir()
-    with open(out / ".lock", "w") as held:
-        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        err = _error(capsys, "--model", tiny_model_dir, "--out", out, "--suite",
-                     "searchqa-sample", "--max-episodes", 1)  # fmt: skip
-    assert "in use by another gigpo-evaluate" in err
+    with hold_folder(out, "suite"):  # two processes: tests/training/test_locks.py
+        argv = ["--model", tiny_model_dir, "--out", out, "--suite", "searchqa-sample",
+                "--max-episodes", 1]  # fmt: skip
+        assert main(list(map(str, argv))) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert f"--out {out} is in use by another process: pid {os.getpid()} (" in err
+    assert "wait for it to finish or use another --out" in err
     assert "take no --suite" in _error(capsys, "--compare", out, "--suite", "searchqa-sample")
 
 

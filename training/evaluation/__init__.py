@@ -12,6 +12,7 @@ The suites' parts:
   hashed and checked against its pin;
 - :mod:`training.evaluation.run`: a suite's tasks played in batches, resumably
   (``episodes.jsonl``);
+- :mod:`training.evaluation.rows`: an episode row read back, checked field by field;
 - :mod:`training.evaluation.table`: a suite's cells with their intervals, the paper-layout
   table, and paired comparisons of runs (``--compare``).
 """

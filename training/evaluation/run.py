@@ -15,13 +15,16 @@ import copy
 import json
 import os
 import sys
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from training.evaluation.rows import parse_row, row_in_suite
 from training.evaluation.suites import Suite, SuiteError
+from training.guarded import MAX_JSONL_BYTES, GuardError, read_limited
 from training.local.schema import TrainConfig
 
 
@@ -107,25 +110,16 @@ def play_suite(
         The episode rows of the selected tasks (earlier runs' and this one's), in order.
 
     Raises:
-        SuiteError: an episodes file whose rows are not this suite's tasks, or repeat one.
+        SuiteError: an episodes file whose rows are not this suite's tasks, repeat one, or
+            are not episode rows (:func:`read_rows`: the line and field named).
     """
     import torch
 
     from training.local.play import config_envs, play
 
     path = out / "episodes.jsonl"
-    done = read_rows(path)
-    seen: set[tuple[int, int]] = set()
-    for row in done:
-        i = row["task_index"]
-        task = tasks[i] if 0 <= i < len(tasks) else None
-        if task is None or (row["part"], row["seed"]) != (task["part"], task["seed"]):
-            raise SuiteError(f"{path}: a row of task {i} is not this suite's task {i} "
-                             f"({task}); use another --out")  # fmt: skip
-        if (i, row["sample"]) in seen:
-            raise SuiteError(f"{path}: task {i} sample {row['sample']} is there twice")
-        seen.add((i, row["sample"]))
-    finished = {i for i, _ in seen}
+    done = read_rows(path, tasks, group_size)
+    finished = {row["task_index"] for row in done}
     wanted = set(selected)
     if progress is not None:
         progress(len(finished & wanted))
@@ -155,36 +149,59 @@ def play_suite(
     return sorted(kept, key=lambda row: (row["task_index"], row["sample"]))
 
 
-def read_rows(path: Path) -> list[dict[str, Any]]:
-    """The episode rows of an earlier run, batch by batch. A batch that an interruption
-    cut short (the file's last rows, maybe with a partial last line) is dropped and the
-    file cut back to the whole batches before it, so that its tasks are played again, in
-    the same batch.
+def read_rows(
+    path: Path,
+    tasks: list[dict[str, Any]] | None = None,
+    group_size: int | None = None,
+    *,
+    truncate: bool = True,
+) -> list[dict[str, Any]]:
+    """The episode rows of an earlier run, batch by batch, each checked field by field
+    (:mod:`training.evaluation.rows`; with ``tasks`` and ``group_size``, also as rows of
+    this suite: its task at that position, a sample within the group, each task's group
+    whole). A batch that an interruption cut short (the file's last rows, the last line
+    without its newline) is dropped and, with ``truncate``, the file cut back to the whole
+    batches before it, so that its tasks are played again, in the same batch.
 
     Raises:
-        SuiteError: a line that is not an episode row anywhere but at the end.
+        SuiteError: a whole line that is not such an episode row, a task sample twice, or
+            a file over :data:`~training.guarded.MAX_JSONL_BYTES` (the file, line and field
+            named).
     """
     if not path.is_file():
         return []
-    data = path.read_bytes()
+    try:
+        data = read_limited(path, "episodes file", MAX_JSONL_BYTES)
+    except GuardError as exc:
+        raise SuiteError(f"{exc}; use another --out") from None
     lines = data.splitlines(keepends=True)
     rows: list[dict[str, Any]] = []
     batch: list[dict[str, Any]] = []
+    seen: dict[tuple[int, int], int] = {}
     good = size = 0
     for number, line in enumerate(lines, 1):
-        row = _row(line)
-        if row is None or (batch and row["batch"] != batch[0]["batch"]):
-            if number == len(lines) and row is None:
-                break  # a write cut short: the last line
+        if number == len(lines) and not line.endswith(b"\n"):
+            break  # a write cut short: the last line
+        row, problem = parse_row(line)
+        if row is not None:
+            problem = _row_here(row, batch, seen, tasks, group_size)
+        if row is None or problem:
             raise SuiteError(f"{path}: line {number} is not the episode row that belongs "
-                             "there; use another --out")  # fmt: skip
+                             f"there: {problem}; use another --out")  # fmt: skip
+        seen[(row["task_index"], row["sample"])] = number
         batch.append(row)
         size += len(line)
         if len(batch) == row["batch_rows"]:  # a batch counts only when all of it is there
             rows += batch
             good += size
             batch, size = [], 0
-    if good < len(data):
+    if group_size is not None:
+        counts = Counter(row["task_index"] for row in rows)
+        for i, count in counts.items():
+            if count != group_size:
+                raise SuiteError(f"{path}: task {i} has {count} rows, not its group's "
+                                 f"{group_size}; use another --out")  # fmt: skip
+    if good < len(data) and truncate:
         print(f"{path}: dropped {len(data) - good} bytes after the last whole batch of rows",
               file=sys.stderr)  # fmt: skip
         with open(path, "r+b") as handle:
@@ -220,21 +237,26 @@ def code_version() -> str:
 # ----------------------------------------------------------------------------- internals
 
 
-def _row(line: bytes) -> dict[str, Any] | None:
-    """The episode row a line holds, or None (not JSON, no newline, or fields missing)."""
-    try:
-        row = json.loads(line)
-    except ValueError:
-        return None
-    needed = {"task_index": int, "sample": int, "batch": int, "batch_rows": int, "part": str,
-              "seed": int, "won": bool, "return": float, "length": int}  # fmt: skip
-    if not line.endswith(b"\n") or not isinstance(row, dict):
-        return None
-    for key, kind in needed.items():
-        value = row.get(key)
-        if not isinstance(value, kind) and not (kind is float and isinstance(value, int)):
-            return None
-    return row if row["batch_rows"] >= 1 else None
+def _row_here(
+    row: dict[str, Any],
+    batch: list[dict[str, Any]],
+    seen: dict[tuple[int, int], int],
+    tasks: list[dict[str, Any]] | None,
+    group_size: int | None,
+) -> str:
+    """What makes a well-formed ``row`` wrong where it is (after ``batch``'s rows, the
+    ``seen`` (task, sample) pairs, in this suite), or ``""``."""
+    if tasks is not None and group_size is not None:
+        problem = row_in_suite(row, tasks, group_size)
+        if problem:
+            return problem
+    if batch and (row["batch"], row["batch_rows"]) != (batch[0]["batch"], batch[0]["batch_rows"]):
+        return (f"batch {row['batch']} begins before batch {batch[0]['batch']} ended "
+                f"({len(batch)} of its {batch[0]['batch_rows']} rows)")  # fmt: skip
+    key = (row["task_index"], row["sample"])
+    if key in seen:
+        return f"task {key[0]} sample {key[1]} is there twice (line {seen[key]} too)"
+    return ""
 
 
 def _task_space(env: Any) -> tuple[int, list[str] | None]:

@@ -36,7 +36,11 @@ from training.evaluation.run import code_version, play_suite, suite_tasks
 from training.evaluation.suites import PINNED_KEYS, SuiteError, load_suite, set_roots
 from training.evaluation.table import markdown_table, summarize
 from training.files import atomic_write_text
+from training.guarded import GuardError, read_json_file
+from training.local.checks import LIMITS
 from training.local.config import ConfigError
+from training.locks import FolderLock, hold_folder
+from training.text import show
 
 #: ``run.json`` keys that a resumed run must repeat.
 RUN_KEYS = ("suite", "suite_version", "data_sha256", "model", "prompt", "temperature",
@@ -91,8 +95,13 @@ def suite_config(args: SuiteRequest) -> tuple[Any, Any, dict[str, Any], Any]:
                              "write a suite file for other settings")  # fmt: skip
     if args.episodes is not None:
         raise SuiteError("--episodes does not apply to a suite; --max-episodes N plays its first N")
-    if args.group_size < 1:
-        raise SuiteError(f"--group-size must be >= 1, got {args.group_size}")
+    most = LIMITS["env.group_size"]  # the trainer's bound: each episode of a group holds an env
+    if not 1 <= args.group_size <= most:
+        raise SuiteError(
+            f"--group-size must be in 1..{most} (the trainer's env.group_size bound; the paper's "
+            f"groups are 8, and a group plays its episodes at once, an env each), "
+            f"got {show(args.group_size)}"
+        )
     if args.max_episodes is not None and args.max_episodes < 1:
         raise SuiteError(f"--max-episodes must be >= 1, got {args.max_episodes}")
     temperature = args.temperature
@@ -129,8 +138,10 @@ def evaluate_suite(args: SuiteRequest) -> str:
 
     Raises:
         ConfigError (SuiteError for the suite's own checks): the request does not fit the
-            suite, its data or ``out`` (in use, or holding another run), or the model cannot
-            be loaded; the message names the option or file.
+            suite, its data or ``out`` (holding another run of the suite), or the model
+            cannot be loaded; the message names the option or file.
+        FolderLockError: ``out`` is in use by another process (named), or holds another
+            kind of output (:func:`training.locks.hold_folder`).
     """
     out = Path(args.out)
     commit = code_version()  # of the code this process loaded, before anything runs
@@ -169,26 +180,31 @@ def evaluate_suite(args: SuiteRequest) -> str:
                 )  # fmt: skip
         finally:
             bar.close()
+        # The summary and the table too are written while the folder is held.
+        summary = {
+            **run,
+            "layout": suite.layout,
+            "description": suite.description,
+            "data": {
+                "sha256": data["sha256"],
+                "pinned": data["pinned"],
+                "files": len(data["files"]),
+            },
+            # The code of each invocation that played rows (a resumed run may span several).
+            "commit": ", ".join(sorted({str(row.get("commit")) for row in rows})) or commit,
+            "model_dir": str(path),
+            "env_id": suite.env["id"],
+            "env_kwargs": {p.name: suite.part_kwargs(p) for p in suite.parts},
+            "data_sizes": {p.name: p.size for p in suite.parts},
+            "complete": len(selected) == len(tasks),
+            "tasks_total": len(tasks),
+            **summarize(suite.layout, [p.name for p in suite.parts], rows),
+        }
+        table = markdown_table([summary])
+        atomic_write_text(out / "summary.json", json.dumps(summary, indent=1) + "\n")
+        atomic_write_text(out / "table.md", table)
     finally:
-        lock.close()
-    summary = {
-        **run,
-        "layout": suite.layout,
-        "description": suite.description,
-        "data": {"sha256": data["sha256"], "pinned": data["pinned"], "files": len(data["files"])},
-        # The code of each invocation that played rows (a resumed run may span several).
-        "commit": ", ".join(sorted({str(row.get("commit")) for row in rows})) or commit,
-        "model_dir": str(path),
-        "env_id": suite.env["id"],
-        "env_kwargs": {p.name: suite.part_kwargs(p) for p in suite.parts},
-        "data_sizes": {p.name: p.size for p in suite.parts},
-        "complete": len(selected) == len(tasks),
-        "tasks_total": len(tasks),
-        **summarize(suite.layout, [p.name for p in suite.parts], rows),
-    }
-    table = markdown_table([summary])
-    atomic_write_text(out / "summary.json", json.dumps(summary, indent=1) + "\n")
-    atomic_write_text(out / "table.md", table)
+        lock.release()
     return table
 
 
@@ -203,18 +219,16 @@ def first_of_each_part(tasks: list[dict[str, Any]], n: int) -> list[int]:
     return kept
 
 
-def _lock(out: Path) -> Any:
-    """An exclusive lock on ``out`` for this process (released when the file closes)."""
-    import fcntl
+def _lock(out: Path) -> FolderLock:
+    """Holds ``out`` for this process until the lock is released
+    (:func:`training.locks.hold_folder`, kind ``suite``).
 
-    handle = open(out / ".lock", "w")  # noqa: SIM115  (held until the run ends)
-    try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as exc:
-        handle.close()
-        raise SuiteError(f"--out {out} is in use by another gigpo-evaluate; wait for it or "
-                         "use another --out") from exc  # fmt: skip
-    return handle
+    Raises:
+        FolderLockError: ``out`` is in use by another process (FolderBusyError: its pid,
+            command and start named; wait for it or use another --out), or holds another
+            kind of output, a plain evaluation or a training run (FolderKindError).
+    """
+    return hold_folder(out, "suite", "gigpo-evaluate --suite")
 
 
 class _progress:
@@ -249,15 +263,15 @@ def _check_run(out: Path, run: dict[str, Any]) -> None:
     """Writes ``run.json``, or checks that a folder's earlier run had the same settings."""
     path = out / "run.json"
     if path.is_file():
-        try:
-            earlier = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            raise SuiteError(f"{path} is not a run file ({exc}); use another --out") from exc
+        try:  # the guarded reader: size, depth, digits, no NaN; a JSON object
+            earlier = read_json_file(path, "--out's run file", max_bytes=1 << 20)
+        except GuardError as exc:
+            raise SuiteError(f"{exc}; use another --out") from None
         differ = [k for k in RUN_KEYS if earlier.get(k) != run.get(k)]
         if differ:
             raise SuiteError(
                 f"--out {out} holds a run with other settings ({', '.join(differ)}: "
-                + ", ".join(f"{earlier.get(k)!r} there, {run.get(k)!r} now" for k in differ)
+                + ", ".join(f"{show(earlier.get(k))} there, {show(run.get(k))} now" for k in differ)
                 + "); use another --out, or delete it to start over"
             )
         return

@@ -24,13 +24,16 @@ or questions) and hashed at run time; the manifest goes into the run's summary, 
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from training.local.checks import MAX_SEED
 from training.local.config import ConfigError, read_yaml
+from training.text import bound_text, show
 
 #: Where the shipped suites live.
 SUITES_DIR = Path(__file__).resolve().parents[1] / "suites"
@@ -45,6 +48,12 @@ _EXTERNAL = {"alfworld": "ALFWORLD_DATA", "webshop": "WEBSHOP_DATA", "flashrag":
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_]+)\}")
 _ROOTS = {"samples", "cache", "alfworld", "webshop", "flashrag", "retriever"}
+#: The roots a ``data.files`` or ``data.read`` path may start with.
+_DATA_ROOTS = ("samples", "cache", "alfworld", "webshop", "flashrag")
+#: Where generated suite data goes when ``$GIGPO_SUITE_CACHE`` is not set (``<suite>/`` in it).
+DEFAULT_CACHE = "~/.cache/gigpo/suites"
+#: The most games a suite's ``data.generate`` writes (ALFWorld's training set has 3,553).
+MAX_GENERATED_GAMES = 100_000
 _ENV_KEYS = {"id", "kwargs", "history_length", "format_instruction", "template"}
 _ROLLOUT_KEYS = {"max_new_tokens", "response_prefix", "stop_text"}
 _SUITE_KEYS = {"suite", "version", "layout", "description", "env", "rollout", "sampling",
@@ -136,7 +145,7 @@ def load_suite(name: str | Path) -> Suite:
     if not path.suffix:
         path = SUITES_DIR / f"{name}.yaml"
         if not path.is_file():
-            raise SuiteError(f"unknown suite {str(name)!r}; shipped suites: {suite_names()}")
+            raise SuiteError(f"unknown suite {show(str(name))}; shipped suites: {suite_names()}")
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
@@ -152,11 +161,11 @@ def load_suite(name: str | Path) -> Suite:
     if not isinstance(name, str) or not _NAME.fullmatch(name) or name != path.stem:
         raise SuiteError(
             f"{path}: suite must be the file's name ({path.stem!r}), of letters, digits, '.', "
-            f"'_' and '-', got {name!r}"
+            f"'_' and '-', got {show(name)}"
         )
     _typed(raw["version"], int, "version", path, low=1)
     if raw["layout"] not in LAYOUTS:
-        raise SuiteError(f"{path}: layout must be one of {LAYOUTS}, got {raw['layout']!r}")
+        raise SuiteError(f"{path}: layout must be one of {LAYOUTS}, got {show(raw['layout'])}")
     env = _mapping(raw["env"], "env", path)
     _keys(env, _ENV_KEYS, {"id"}, "env.", path)
     _typed(env["id"], str, "env.id", path)
@@ -164,11 +173,21 @@ def load_suite(name: str | Path) -> Suite:
     _typed(env.get("history_length", 2), int, "env.history_length", path, low=0)
     rollout = _mapping(raw.get("rollout", {}), "rollout", path)
     _keys(rollout, _ROLLOUT_KEYS, set(), "rollout.", path)
+    for key in ("response_prefix", "stop_text"):  # a list would become its text "[1, 2]"
+        if key in rollout and not isinstance(rollout[key], str):
+            raise SuiteError(
+                f"{path}: rollout.{key} must be a string, got {show(rollout[key])} (YAML reads "
+                "[/INST] as a list: quote text that starts with '[')"
+            )
+    if "max_new_tokens" in rollout:
+        _typed(rollout["max_new_tokens"], int, "rollout.max_new_tokens", path, low=1)
     sampling = _mapping(raw.get("sampling", {}), "sampling", path)
     _keys(sampling, {"temperature", "top_p"}, set(), "sampling.", path)
     temperature = _typed(sampling.get("temperature", 0.0), float, "sampling.temperature", path,
                          low=0)  # fmt: skip
     top_p = _typed(sampling.get("top_p", 1.0), float, "sampling.top_p", path, low=0)
+    if not 0 < top_p <= 1:
+        raise SuiteError(f"{path}: sampling.top_p must be in (0, 1], got {top_p}")
     data = _mapping(raw.get("data", {}), "data", path)
     _check_data(data, path)
     parts = raw["parts"]
@@ -181,7 +200,7 @@ def load_suite(name: str | Path) -> Suite:
         _keys(part, _PART_KEYS, {"name", "tasks"}, f"{key}.", path)
         part_name = _typed(part["name"], str, f"{key}.name", path)
         if part_name in [p.name for p in loaded]:
-            raise SuiteError(f"{path}: {key}.name {part_name!r} is used twice")
+            raise SuiteError(f"{path}: {key}.name {show(part_name)} is used twice")
         if part.get("expect") is not None:
             _typed(part["expect"], int, f"{key}.expect", path, low=1)
         loaded.append(
@@ -220,7 +239,7 @@ def set_roots(
     Raises:
         SuiteError: a suite that searches through a server, without ``retriever_url``.
     """
-    cache = Path(os.environ.get("GIGPO_SUITE_CACHE", "~/.cache/gigpo/suites")).expanduser()
+    cache = Path(os.environ.get("GIGPO_SUITE_CACHE") or DEFAULT_CACHE).expanduser()
     roots = {"cache": cache / suite.name, "samples": samples_dir()}
     for name, var in _EXTERNAL.items():
         default = "~/.cache/alfworld" if name == "alfworld" else ""
@@ -251,31 +270,41 @@ def _keys(raw: dict, allowed: set[str], required: set[str], prefix: str, path: P
 
 
 def _typed(value: Any, kind: type, key: str, path: Path, low: float | None = None) -> Any:
-    """``value`` if it is a ``kind`` (an int is a float; a bool is neither) and >= ``low``."""
+    """``value`` if it is a ``kind`` (an int is a float; a bool is neither; a float is
+    finite) and >= ``low``."""
     ok = isinstance(value, kind) or (kind is float and isinstance(value, int))
+    if ok and kind is float and not isinstance(value, bool):
+        try:  # NaN compares False with every bound, inf passes >= low; 10**400 has no float
+            value = float(value)
+            ok = math.isfinite(value)
+        except OverflowError:
+            ok = False
     if not ok or isinstance(value, bool) or (low is not None and value < low):
         bound = f" >= {low}" if low is not None else ""
-        what = {int: "an int", float: "a number", str: "a string"}[kind]
-        raise SuiteError(f"{path}: {key} must be {what}{bound}, got {value!r}")
-    return float(value) if kind is float else value
+        what = {int: "an int", float: "a finite number", str: "a string"}[kind]
+        raise SuiteError(f"{path}: {key} must be {what}{bound}, got {show(value)}")
+    return value
 
 
 def _check_tasks(tasks: Any, key: str, path: Path) -> dict[str, Any]:
     tasks = _mapping(tasks, key, path)
     kinds = ("seeds", "count", "games", "all_games")
     if len(tasks) != 1 or next(iter(tasks)) not in kinds:
-        raise SuiteError(f"{path}: {key} must be one of {', '.join(kinds)}, got {tasks!r}")
+        raise SuiteError(f"{path}: {key} must be one of {', '.join(kinds)}, got {show(tasks)}")
     kind, value = next(iter(tasks.items()))
     if kind == "count":
         _typed(value, int, f"{key}.count", path, low=1)
     elif kind == "all_games" and value is not True:
-        raise SuiteError(f"{path}: {key}.all_games must be true, got {value!r}")
+        raise SuiteError(f"{path}: {key}.all_games must be true, got {show(value)}")
     elif kind in ("seeds", "games"):
         item = int if kind == "seeds" else str
         if not isinstance(value, list) or not value:
-            raise SuiteError(f"{path}: {key}.{kind} must be a non-empty list, got {value!r}")
+            raise SuiteError(f"{path}: {key}.{kind} must be a non-empty list, got {show(value)}")
         for j, v in enumerate(value):
             _typed(v, item, f"{key}.{kind}[{j}]", path, low=0 if item is int else None)
+            if item is int and v > MAX_SEED:  # an env's seed is run.seed's kind: 32 bits
+                raise SuiteError(f"{path}: {key}.seeds[{j}] must be at most {MAX_SEED} "
+                                 f"(2**32 - 1), got {show(v)}")  # fmt: skip
     return tasks
 
 
@@ -288,17 +317,62 @@ def _check_data(data: dict[str, Any], path: Path) -> None:
         if kind not in needed:
             raise SuiteError(f"{path}: data.generate.kind must be one of {sorted(needed)}")
         _keys(recipe, needed[kind] | {"kind"}, needed[kind], "data.generate.", path)
-        for k in needed[kind] - {"split"}:
-            _typed(recipe[k], int, f"data.generate.{k}", path, low=0)
+        for k in sorted(needed[kind] - {"split"}):
+            high = _generate_limit(k)
+            value = _typed(recipe[k], int, f"data.generate.{k}", path, low=0 if high is None else 1)
+            if high is not None and value > high:
+                raise SuiteError(
+                    f"{path}: data.generate.{k} must be at most {high:,} ({_LIMIT_WHY[k]}), "
+                    f"got {show(value)}"
+                )
     if "files" in data:
         files = _mapping(data["files"], "data.files", path)
         for name, digest in files.items():
+            key = f"data.files.{bound_text(name, 200)}"
+            _data_path(name, key, path)
             if not isinstance(digest, str) or not re.fullmatch(r"[0-9a-f]{64}", digest):
-                raise SuiteError(f"{path}: data.files.{name} must be a sha256 hex digest")
+                raise SuiteError(f"{path}: {key} must be a sha256 hex digest, got {show(digest)}")
     if "read" in data:
         read = data["read"]
         if not isinstance(read, list) or not all(isinstance(r, str) for r in read):
-            raise SuiteError(f"{path}: data.read must be a list of paths, got {read!r}")
+            raise SuiteError(f"{path}: data.read must be a list of paths, got {show(read)}")
+        for i, pattern in enumerate(read):
+            _data_path(pattern, f"data.read[{i}]", path)
+
+
+#: Why each generated-data size has its bound (see :func:`_generate_limit`).
+_LIMIT_WHY = {
+    "num_games": "ALFWorld's training set has 3,553 games; one takes about a second to generate",
+    "num_products": "WebShop's full catalog has 1,181,436 products; a generated one takes "
+    "about 5 kB of memory a product",
+}
+
+
+def _generate_limit(key: str) -> int | None:
+    """The largest ``data.generate.<key>`` (None: no bound): far beyond the paper's sets
+    (120 games, 1,000 products), so only a typo reaches it before memory or time runs out."""
+    if key == "num_products":
+        from gigpo_envs.webshop.catalog import MAX_PRODUCTS  # the generator's own bound
+
+        return MAX_PRODUCTS
+    return MAX_GENERATED_GAMES if key == "num_games" else None
+
+
+def _data_path(name: Any, key: str, path: Path) -> None:
+    """Refuses a data path that is not ``root/relative/path`` inside one data root: an
+    unknown root, an absolute rest or a ``..`` part (``samples/../../etc/passwd`` would hash
+    a file outside the data; :mod:`training.evaluation.data` checks symlinks when it reads)."""
+    root, _, rest = str(name).partition("/")
+    if not isinstance(name, str) or root not in _DATA_ROOTS or not rest.strip("/"):
+        raise SuiteError(
+            f"{path}: {key} must be a path under a data root ({', '.join(_DATA_ROOTS)}/...), "
+            f"got {show(name)}"
+        )
+    if rest.startswith("/") or ".." in rest.split("/"):
+        raise SuiteError(
+            f"{path}: {key} {show(name)} leaves its data root {root}/: a relative path without "
+            "'..' parts is expected"
+        )
 
 
 def _mapping(value: Any, key: str, path: Path) -> dict[str, Any]:

@@ -17,15 +17,17 @@ combines its parts' standard errors, read off their intervals (normal approximat
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from training.evaluation.run import read_rows
 from training.evaluation.suites import SuiteError
+from training.guarded import GuardError, read_json_file
 from training.stats import Z95, mean_ci, sign_test, wilson_interval
+from training.text import bound_text, show
 
 #: ALFWorld's task types as the paper's columns.
 ALFWORLD_COLUMNS = {
@@ -130,13 +132,13 @@ def markdown_table(summaries: list[dict[str, Any]]) -> str:
     extra = ["states recur"] if any(s.get("step_group_coverage") is not None
                                     for s in summaries) else []  # fmt: skip
     head = ["model", "prompt", "decoding", *names, *extra]
-    lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+    lines = ["| " + " | ".join(map(_cell_text, head)) + " |", "|" + " --- |" * len(head)]
     for s in summaries:
         cells = [format_cell(s["columns"].get(n, {})) for n in names]
         if extra:
             coverage = s.get("step_group_coverage")
             cells.append("-" if coverage is None else f"{100 * coverage:.1f}%")
-        lines.append("| " + " | ".join([*row_label(s), *cells]) + " |")
+        lines.append("| " + " | ".join(map(_cell_text, [*row_label(s), *cells])) + " |")
     partial = [s["model"] for s in summaries if not s.get("complete", True)]
     lines.append("")
     lines.append(
@@ -151,21 +153,32 @@ def markdown_table(summaries: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _cell_text(text: str) -> str:
+    """``text`` as one markdown table cell: ``|`` escaped (``\\|``, shown as ``|``), line
+    breaks as spaces (a part name or model path holding either would break the row)."""
+    return " ".join(str(text).replace("|", "\\|").splitlines())
+
+
 def compare(dirs: list[str | Path]) -> str:
     """The table of several runs' ``summary.json`` (one suite, one data hash).
 
     Raises:
-        SuiteError: a folder without a suite summary, or runs of different suites or data.
+        SuiteError: a folder without a suite summary, a summary or episode row whose fields
+            are not a suite run's (:func:`check_summary`, :func:`training.evaluation.run.
+            read_rows`: the file and field named), or runs of different suites or data.
     """
     summaries: list[dict[str, Any]] = []
     keys: tuple[Any, ...] = ()
     for d in dirs:
         path = Path(d) / "summary.json"
         try:
-            summary = json.loads(path.read_text(encoding="utf-8"))
-            key = (summary["suite"], summary["suite_version"], summary["data"]["sha256"])
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise SuiteError(f"--compare {d}: no suite summary in {path} ({exc})") from exc
+            summary = read_json_file(path, f"--compare {d}:")
+        except GuardError as exc:
+            raise SuiteError(f"{exc}: no suite summary") from None
+        problem = check_summary(summary)
+        if problem:
+            raise SuiteError(f"--compare {d}: {path} is no suite summary: {problem}")
+        key = (summary["suite"], summary["suite_version"], summary["data"]["sha256"])
         if summaries and key != keys:
             raise SuiteError(
                 f"--compare {d}: suite {key[0]} v{key[1]} on data {key[2][:12]} is not what "
@@ -180,7 +193,8 @@ def compare(dirs: list[str | Path]) -> str:
         labels = [", ".join(row_label(s)) for s in summaries]
     except (KeyError, TypeError, AttributeError) as exc:
         raise SuiteError(f"--compare: a summary.json lacks a suite run's field ({exc!r})") from exc
-    outcomes = [_task_outcomes(Path(d) / "episodes.jsonl") for d in dirs]
+    outcomes = [_task_outcomes(Path(d) / "episodes.jsonl", s.get("group_size", 1))
+                for d, s in zip(dirs, summaries, strict=True)]  # fmt: skip
     lines = [paired_line(labels[0], label, outcomes[0], mine)
              for label, mine in zip(labels[1:], outcomes[1:], strict=True)]  # fmt: skip
     if lines:
@@ -208,20 +222,54 @@ def paired_line(first: str, label: str, a: dict[int, float], b: dict[int, float]
             f"on {worse} (sign test p = {sign_test(better, worse):.3g})")  # fmt: skip
 
 
-def _task_outcomes(path: Path) -> dict[int, float]:
-    """task position -> share of its episodes won, from a run's episode rows (read only;
-    a line that is not a row is skipped)."""
-    won: dict[int, list[float]] = {}
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SuiteError(f"--compare: cannot read {path} ({exc})") from exc
-    for line in lines:
-        try:
-            row = json.loads(line)
-            won.setdefault(int(row["task_index"]), []).append(float(row["won"]))
-        except (ValueError, KeyError, TypeError):
+def check_summary(summary: dict[str, Any]) -> str:
+    """What makes ``summary`` (a ``summary.json``, read back) not a suite run's summary as
+    :func:`markdown_table` reads it, naming the field; ``""`` when it is one."""
+    fields = {"suite": str, "suite_version": int, "model": str, "prompt": str,
+              "temperature": float, "commit": str, "columns": dict, "data": dict}  # fmt: skip
+    optional = {"group_size": int, "max_new_tokens": int, "suite_max_new_tokens": int,
+                "step_group_coverage": float, "complete": bool}  # fmt: skip
+    problem = _fields(summary, fields, "", required=True) or _fields(summary, optional, "")
+    if problem:
+        return problem
+    data = summary["data"]
+    problem = _fields(data, {"sha256": str, "pinned": bool}, "data.", required=True)
+    if problem or summary["temperature"] < 0 or summary.get("group_size", 1) < 1:
+        return problem or "temperature must be >= 0 and group_size >= 1"
+    for name, c in summary["columns"].items():
+        where = f"columns.{bound_text(name, 60)}."
+        if not isinstance(c, dict):
+            return f"{where[:-1]} must be an object, got {show(c)}"
+        problem = _fields(c, {"value": float, "low": float, "high": float, "tasks": int}, where)
+        if problem:
+            return problem
+    return ""
+
+
+def _fields(obj: dict[str, Any], kinds: dict[str, type], where: str, required: bool = False) -> str:
+    """The first field of ``obj`` that is not its kind (None allowed where not required; a
+    float is finite, an int or float never a bool), or ``""``."""
+    for key, kind in kinds.items():
+        value = obj.get(key)
+        if value is None and not required:
             continue
+        ok = isinstance(value, kind) or (kind is float and isinstance(value, int))
+        if not ok or isinstance(value, bool) is not (kind is bool) or (
+                kind is float and not math.isfinite(value)):  # fmt: skip
+            what = {str: "a string", int: "an int", float: "a finite number", dict: "an object",
+                    bool: "true or false"}[kind]  # fmt: skip
+            return f"{where}{key} must be {what}, got {show(value)}"
+    return ""
+
+
+def _task_outcomes(path: Path, group_size: int) -> dict[int, float]:
+    """task position -> share of its episodes won, from a run's episode rows, each checked
+    (:func:`training.evaluation.run.read_rows`, read only: nothing is cut)."""
+    if not path.is_file():
+        raise SuiteError(f"--compare: no episode rows in {path}")
+    won: dict[int, list[float]] = {}
+    for row in read_rows(path, group_size=group_size, truncate=False):
+        won.setdefault(row["task_index"], []).append(float(row["won"]))
     return {t: float(np.mean(v)) for t, v in won.items()}
 
 

@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 
 from training.files import atomic_write_text
+from training.guarded import ParseError, read_json_file
 from training.local.checkpoint_files import (
     DEVICE_RNGS,
     FORMAT,
@@ -231,13 +232,17 @@ def load_checkpoint(
 def read_state(directory: Path) -> dict[str, Any]:
     """``state.json`` of a checkpoint directory, checked (format, iteration, RNG keys).
 
+    Read by the guarded reader (:func:`training.guarded.read_json_file`: size, depth,
+    integer digits, no NaN).
+
     Raises:
-        ValueError: it is not JSON, or not this format.
+        ValueError: it is not JSON, or not this format (a GuardError naming the file where
+            the guarded reader refuses it).
     """
     path = Path(directory) / STATE_FILE
     try:
-        state = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        state = read_json_file(path, "checkpoint state", expect=None)
+    except ParseError as exc:
         raise ValueError(f"{path} is not a JSON checkpoint state: {exc}") from None
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         found = state.get("format") if isinstance(state, dict) else type(state).__name__

@@ -10,6 +10,8 @@ from typing import Any
 
 import numpy as np
 
+from training.guarded import load_json
+
 #: The checkpoint format these files belong to.
 FORMAT = 2
 
@@ -23,7 +25,7 @@ def read_tensors(path: Path) -> dict[str, Any]:
     tensors = load_file(str(path))
     with safe_open(str(path), framework="pt") as handle:
         metadata = handle.metadata() or {}
-    aliases = json.loads(metadata.get("aliases", "{}"))
+    aliases = load_json(metadata.get("aliases", "{}"), f"{path}: 'aliases' metadata", expect=None)
     if not isinstance(aliases, dict):
         raise ValueError(f"{path}: bad 'aliases' metadata")
     for name, original in aliases.items():

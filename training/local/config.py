@@ -19,6 +19,7 @@ import typing
 from pathlib import Path
 from typing import Any
 
+from training.guarded import MAX_DEPTH, MAX_YAML_BYTES, GuardError, ParseError, load_yaml
 from training.local.checks import validate
 from training.local.schema import (
     DTYPES,
@@ -49,48 +50,29 @@ __all__ = [
 ]  # fmt: skip
 
 #: A config file larger than this is refused (a config is a few KB).
-MAX_CONFIG_BYTES = 1 << 20
+MAX_CONFIG_BYTES = MAX_YAML_BYTES
 #: Mappings and lists nested deeper than this are refused (configs nest two or three deep).
-MAX_YAML_DEPTH = 32
+MAX_YAML_DEPTH = MAX_DEPTH
 
 
 def read_yaml(text: str, where: str) -> Any:
-    """Parses YAML ``text`` (from ``where``: a file or an override) with PyYAML's safe loader,
-    refusing aliases (``*name``: a few lines of them expand to gigabytes) and nesting deeper
-    than :data:`MAX_YAML_DEPTH`.
+    """Parses YAML ``text`` (from ``where``: a file or an override) through the project's
+    guarded loader (:func:`training.guarded.load_yaml`): no anchors or aliases (``*name``: a
+    few lines of them expand to gigabytes), nesting at most :data:`MAX_YAML_DEPTH` deep,
+    integers of at most :data:`~training.guarded.MAX_INT_DIGITS` digits, at most
+    :data:`MAX_CONFIG_BYTES`.
 
     Raises:
-        ConfigError: an alias, or too deep.
-        yaml.YAMLError: not YAML.
+        ConfigError: a guard refused it (the message names ``where``, and the dotted key,
+            line and column where it can).
+        training.guarded.ParseError: not YAML (an override's value is then plain text).
     """
-    import yaml
-
-    class Loader(yaml.SafeLoader):
-        depth = 0
-
-        def compose_node(self, parent: Any, index: Any) -> Any:
-            if self.check_event(yaml.AliasEvent):
-                mark = self.peek_event().start_mark
-                raise ConfigError(
-                    f"{where}: YAML aliases (*name) are not accepted in configs "
-                    f"(line {mark.line + 1}, column {mark.column + 1}); write the value out"
-                )
-            self.depth += 1
-            try:
-                if self.depth > MAX_YAML_DEPTH:
-                    raise ConfigError(
-                        f"{where}: nested deeper than {MAX_YAML_DEPTH} levels; a config is a "
-                        "few sections of settings"
-                    )
-                return super().compose_node(parent, index)
-            finally:
-                self.depth -= 1
-
-    loader = Loader(text)
     try:
-        return loader.get_single_data()
-    finally:
-        loader.dispose()
+        return load_yaml(text, where, max_bytes=MAX_CONFIG_BYTES, max_depth=MAX_YAML_DEPTH)
+    except ParseError:
+        raise
+    except GuardError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 #: The configs shipped in the package (``training/configs``), found by bare name.
@@ -143,8 +125,6 @@ def load_config(
     Raises:
         ConfigError: unknown key, wrong type, unreadable YAML, or an invalid value.
     """
-    import yaml
-
     data: dict[str, Any] = {}
     if path is not None:
         path = config_path(path)
@@ -162,8 +142,8 @@ def load_config(
                 f"config file {path} is not UTF-8 text (byte {exc.start}: {exc.reason}); "
                 "save it as UTF-8 YAML"
             ) from None
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"config file {path} is not valid YAML: {exc}") from None
+        except ParseError as exc:  # the message names the file: "config file X is not ..."
+            raise ConfigError(str(exc)) from None
         if loaded is None:
             loaded = {}
         if not isinstance(loaded, dict):
@@ -264,9 +244,12 @@ def _coerce(value: Any, hint: Any, name: str) -> Any:
 
 
 def _parse_overrides(args: list[str]) -> list[tuple[str, Any, str]]:
-    """``(key, value read as YAML, the text as given)`` per override."""
-    import yaml
+    """``(key, value read as YAML, the text as given)`` per override.
 
+    Raises:
+        ConfigError: a malformed override, or a value the guarded loader refuses (an alias,
+            too deep, an integer of too many digits: the message names ``--key``).
+    """
     pairs = []
     i = 0
     while i < len(args):
@@ -286,7 +269,7 @@ def _parse_overrides(args: list[str]) -> list[tuple[str, Any, str]]:
             raise ConfigError(f"override --{key} is over {MAX_CONFIG_BYTES} characters")
         try:
             value = read_yaml(text, f"override --{key}") if text != "" else ""
-        except yaml.YAMLError:
+        except ParseError:
             value = text
         pairs.append((key, value, text))
     return pairs

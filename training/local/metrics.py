@@ -18,6 +18,8 @@ from typing import Any
 import numpy as np
 
 from training.files import atomic_write_bytes, atomic_write_text
+from training.guarded import GuardError, read_json_lines
+from training.text import bound_text, show
 
 METRICS_FILE = "metrics.jsonl"
 
@@ -63,25 +65,50 @@ def iteration_row(
 
 
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:
-    """Reads a metrics file (or a run dir holding one); malformed lines are skipped.
+    """Reads a metrics file (or a run dir holding one; none there: no rows), every row
+    checked (:func:`metrics_problem`) through the guarded reader (:mod:`training.guarded`).
 
-    A line cut short by a crash mid-write is the expected kind of damage, and skipping it
-    loses only that one iteration's row.
+    A last line without its newline (a write a crash cut short, the expected kind of
+    damage) is left out: that loses only that iteration's row, which a resumed run writes
+    again.
+
+    Raises:
+        training.guarded.GuardError: a whole line that is not a metrics row (the file, line
+            and field named), or a file over the guarded reader's limits.
     """
     path = Path(path)
     if path.is_dir():
         path = path / METRICS_FILE
-    rows = []
-    if not path.exists():
-        return rows
-    for line in path.read_text().splitlines():
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(row, dict) and isinstance(row.get("iteration"), int):
-            rows.append(row)
+    rows: list[dict[str, Any]] = []
+    for number, row in read_json_lines(path, "metrics file", expect=dict, nonfinite=True):
+        problem = metrics_problem(row, rows[-1]["iteration"] if rows else -1)
+        if problem:
+            raise GuardError(f"{bound_text(path, 300)} line {number}: {problem}")
+        rows.append(row)
     return rows
+
+
+def metrics_problem(row: dict[str, Any], previous: int = -1) -> str:
+    """What makes ``row`` no metrics row after the row of iteration ``previous``, or ``""``:
+    ``iteration`` an int after ``previous`` (two runs writing one file repeat iterations);
+    every value a number, string, true/false or null (:class:`MetricsLog` writes a
+    non-finite number as null); a ``*_rate`` and ``step_group_coverage`` in [0, 1]."""
+    iteration = row.get("iteration")
+    if isinstance(iteration, bool) or not isinstance(iteration, int) or iteration <= previous:
+        return f"iteration must be an int after the row before's {previous}, got {show(iteration)}"
+    for key, value in row.items():
+        if isinstance(value, float) and not math.isfinite(value):
+            return f"{bound_text(key, 60)} must be a finite number or null, got {value}"
+        if value is not None and not isinstance(value, bool | int | float | str):
+            return f"{bound_text(key, 60)} must be a number, string or null, got {show(value)}"
+        share = key.endswith("_rate") or key == "step_group_coverage"
+        if (
+            share
+            and value is not None
+            and (isinstance(value, bool | str) or not 0.0 <= value <= 1.0)
+        ):
+            return f"{bound_text(key, 60)} must be a share in [0, 1] or null, got {show(value)}"
+    return ""
 
 
 class MetricsLog:

@@ -7,10 +7,10 @@ config it was made with, but for the keys that do not change what it learns
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
+from training.guarded import GuardError, read_json_file
 from training.local.checkpoint import recover_checkpoint
 from training.local.schema import TrainConfig, ppo_gamma_renamed, renamed, resumable_keys
 from training.text import show
@@ -43,9 +43,9 @@ def check_resume(config: TrainConfig) -> None:
             f"{out} holds a checkpoint but no config.json to compare configs with; use "
             "another --out or --run.resume=false"
         )
-    try:
-        saved = json.loads(saved_path.read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError) as exc:  # JSON and UTF-8 errors are ValueErrors
+    try:  # the guarded reader; a config's free-form env.kwargs may hold .inf
+        saved = read_json_file(saved_path, "saved config", nonfinite=True, expect=None)
+    except GuardError as exc:
         raise ResumeConfigError(f"cannot read {saved_path} to compare configs: {exc}") from None
     if not isinstance(saved, dict):
         raise ResumeConfigError(f"{saved_path} does not hold a config (a JSON object)")
@@ -73,6 +73,10 @@ def config_changes(saved: dict[str, Any], config: TrainConfig) -> list[str]:
     if isinstance(saved.get("algo"), dict):
         saved["algo"] = ppo_gamma_renamed(saved["algo"])
     before = _flatten(saved)
+    if now.get("model.name_or_path") == "tiny-random" and _study_tiny_model(
+        before.get("model.name_or_path")
+    ):
+        before["model.name_or_path"] = "tiny-random"
     for key in set(now) - set(before):
         before[key] = defaults.get(key, "<absent>")
     changes = []
@@ -84,6 +88,16 @@ def config_changes(saved: dict[str, Any], config: TrainConfig) -> list[str]:
                 f"{key}: {show(before.get(key, '<absent>'))} -> {show(now.get(key, '<absent>'))}"
             )
     return changes
+
+
+def _study_tiny_model(name: Any) -> bool:
+    """Whether ``name`` is the path a study made before its folders held relative links
+    stored for its shared tiny model (``.../models/<key>/tiny-model``): the same model a
+    study's run now names ``tiny-random`` (its folder's ``tiny-model`` links there)."""
+    if not isinstance(name, str):
+        return False
+    parts = Path(name).parts
+    return len(parts) >= 3 and parts[-1] == "tiny-model" and parts[-3] == "models"
 
 
 def _flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -13,6 +13,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from training.guarded import GuardError, read_json_file
+
 CHAT_TEMPLATE = (
     "{% for message in messages %}"
     "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>\n' }}"
@@ -212,8 +214,8 @@ def tiny_model_settings(directory: str | Path) -> dict[str, int] | None:
     """The settings a whole tiny model in ``directory`` was built with, or None when there is
     none (absent, or a build a crash cut short: the marker file is written last)."""
     marker = Path(directory) / BUILT_FILE
-    try:
-        settings = json.loads(marker.read_text())
-    except (OSError, ValueError):
+    try:  # the guarded reader: a marker is one small JSON object
+        settings = read_json_file(marker, "tiny model marker", max_bytes=1 << 16)
+    except GuardError:
         return None
     return settings if isinstance(settings, dict) else None

@@ -62,6 +62,7 @@ from pathlib import Path
 from typing import Any
 
 from gigpo_algo.estimators import ESTIMATORS
+from training.guarded import GuardError, ParseError, load_json
 from training.openrlhf.estimator import FLAG_PREFIX, SETTINGS_ENV, GiGPOSettings
 from training.openrlhf.layout import (
     UsageError,
@@ -151,10 +152,12 @@ def plan(argv: list[str]) -> Plan:
         raise UsageError(
             "could not parse the gigpo flags (see the --help of this module)"
         ) from None
-    try:
-        env_kwargs = json.loads(ours.env_kwargs)
-    except json.JSONDecodeError as exc:
+    try:  # the guarded reader: size, depth, integer digits, no NaN
+        env_kwargs = load_json(ours.env_kwargs, "--env.kwargs", expect=None)
+    except ParseError as exc:
         raise UsageError(f"--env.kwargs is not JSON: {exc}") from None
+    except GuardError as exc:
+        raise UsageError(str(exc)) from None
     if not isinstance(env_kwargs, dict):
         raise UsageError("--env.kwargs must be a JSON object")
     if ours.num_tasks < 1 or ours.seed < 0 or (ours.history_length or 0) < 0:

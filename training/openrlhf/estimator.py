@@ -27,6 +27,7 @@ import numpy as np
 from gigpo_algo.estimators import ESTIMATORS
 from gigpo_algo.tokens import turns_to_tokens
 from training.advantages import Advantages, critic_free_advantages, step_groups
+from training.guarded import GuardError, load_json
 from training.openrlhf.order import in_rollout_order, require_one_row_per_episode, rollout_order
 from training.openrlhf.samples import fill_filler_metrics
 from training.openrlhf.spans import batch_turn_spans, turn_columns
@@ -77,10 +78,10 @@ class GiGPOSettings(EstimatorSettings):
 
     @classmethod
     def from_json(cls, text: str) -> GiGPOSettings:
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{SETTINGS_ENV} is not valid JSON: {exc}") from None
+        try:  # the guarded reader: size, depth, integer digits, no NaN
+            data = load_json(text, SETTINGS_ENV, expect=None)
+        except GuardError as exc:
+            raise ValueError(str(exc)) from None
         if not isinstance(data, dict):
             raise ValueError(f"{SETTINGS_ENV} must hold a JSON object")
         unknown = sorted(set(data) - {f.name for f in fields(cls)})

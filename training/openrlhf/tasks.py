@@ -18,6 +18,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
+from training.guarded import GuardError, ParseError, load_json
+
 #: The sample layouts: one sample per environment step, or one per episode.
 LAYOUTS = ("step", "episode")
 
@@ -65,10 +67,12 @@ def task_label(task: Task) -> str:
 def parse_task(label: Any) -> Task:
     """Reads a task label; raises ValueError naming the problem for anything malformed."""
     if isinstance(label, str):
-        try:
-            label = json.loads(label)
-        except json.JSONDecodeError as exc:
+        try:  # the guarded reader: size, depth, integer digits, no NaN
+            label = load_json(label, "gigpo task label", expect=None)
+        except ParseError as exc:
             raise ValueError(f"gigpo task label is not JSON: {exc}") from None
+        except GuardError as exc:
+            raise ValueError(str(exc)) from None
     if not isinstance(label, dict):
         raise ValueError(f"gigpo task label must be a JSON object, got {type(label).__name__}")
     known = {f.name for f in dataclasses.fields(Task)}

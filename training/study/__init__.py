@@ -5,7 +5,8 @@ its settings) and seeds, then tabled with intervals and per-seed paired differen
 Read :mod:`training.study.runs` first (train every planned run, write the report). The
 other modules:
 
-- :mod:`training.study.plan`: arms, parts and study files (``training/studies/*.yaml``)
+- :mod:`training.study.arms`: an arm (an estimator with some settings) from its string;
+- :mod:`training.study.plan`: parts and study files (``training/studies/*.yaml``)
   checked, and every (config, arm, seed) run with its folder and trainer command;
 - :mod:`training.study.report`: a run's numbers, the arm tables, the paired differences
   and the curves (``study.md``, ``study.json``, ``study.png``).

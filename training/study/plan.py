@@ -1,9 +1,7 @@
-"""The estimator study's plan: arms, parts, study files, and the runs they make.
+"""The estimator study's plan: parts, study files, and the runs they make.
 
 An **arm** is an estimator with some of its settings, written as one string: ``gigpo``,
-``grpo:norm=mean``, ``gigpo:norm=mean,step_weight=2``, ``gigpo:similarity=0.9,
-similarity_metric=embedding``. The keys are the trainer's ``algo.*`` names (the vocabulary of
-:mod:`gigpo_algo`); the string is the arm's name in tables and its run folder.
+``grpo:norm=mean``, ``gigpo:norm=mean,step_weight=2`` (:mod:`training.study.arms`).
 
 A **part** trains every arm on every config and seed, and names the **pairs** (arm A, arm B)
 whose per-seed differences the report gives. A study file (YAML) lists parts::
@@ -24,111 +22,30 @@ A run is named by (config, arm, seed) only, so parts that share an arm share its
 
 from __future__ import annotations
 
-import itertools
-import re
+import os
+import shutil
 import sys
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
+from training.guarded import GuardError, ParseError, load_yaml, read_limited
+from training.local.checks import MAX_SEED
+from training.local.config import MAX_CONFIG_BYTES, ConfigError, TrainConfig, load_config
+from training.study.arms import (  # noqa: F401  (the arms are planned here; re-exported)
+    MAX_ARM_FOLDER,
+    Arm,
+    axis_arms,
+    canonical_value,
+    check_arm,
+    parse_arm,
+)
+from training.text import bound_text, show
 
-from training.local.config import TRAINER_ESTIMATORS, ConfigError, TrainConfig, load_config
-from training.local.schema import AlgoConfig
-
-_KEY = re.compile(r"^[a-z_]+$")
+#: The most seeds a part may have (a study of more is a typo: each seed is a run per arm).
+MAX_SEEDS = 10_000
 _PART_KEYS = {"name", "configs", "seeds", "arms", "axes", "pairs"}
 _FILE_KEYS = {"jobs", "threads", "overrides", "parts"}
-
-
-@dataclass(frozen=True)
-class Arm:
-    """One estimator with some settings; ``name`` is its canonical spec string (settings in
-    alphabetical order, values as :func:`canonical_value` writes them)."""
-
-    estimator: str
-    settings: tuple[tuple[str, str], ...] = ()
-
-    @property
-    def name(self) -> str:
-        if not self.settings:
-            return self.estimator
-        return self.estimator + ":" + ",".join(f"{k}={v}" for k, v in self.settings)
-
-    @property
-    def folder(self) -> str:
-        """The run folder's name: the spec with ``:`` and ``,`` made path-safe."""
-        return self.name.replace(":", "__").replace(",", "__")
-
-    def overrides(self) -> list[str]:
-        return [f"--algo.estimator={self.estimator}"] + [
-            f"--algo.{k}={v}" for k, v in self.settings
-        ]
-
-
-def parse_arm(spec: str, where: str = "--arm") -> Arm:
-    """``"gigpo:norm=mean,step_weight=2"`` -> :class:`Arm` (settings in the given order).
-
-    Raises:
-        ConfigError: an unknown estimator or key, a key given twice, a malformed spec.
-    """
-    if not isinstance(spec, str) or not spec.strip():
-        raise ConfigError(f"{where}: an arm is a string like 'gigpo:norm=mean', got {spec!r}")
-    estimator, colon, rest = spec.strip().partition(":")
-    if estimator not in TRAINER_ESTIMATORS:
-        raise ConfigError(f"{where}: {spec!r}: the estimator must be one of {TRAINER_ESTIMATORS}")
-    known = {f.name for f in fields(AlgoConfig)} - {"estimator"}
-    settings: list[tuple[str, str]] = []
-    for item in filter(None, (p.strip() for p in rest.split(","))) if rest else []:
-        key, eq, value = item.partition("=")
-        key, value = key.strip(), value.strip()
-        if not eq or not _KEY.match(key) or not value:
-            raise ConfigError(f"{where}: {spec!r}: {item!r} is not key=value")
-        if key not in known:
-            raise ConfigError(f"{where}: {spec!r}: algo.{key} is not a setting")
-        if key in dict(settings):
-            raise ConfigError(f"{where}: {spec!r}: algo.{key} is given twice")
-        settings.append((key, canonical_value(value)))
-    if colon and not settings:
-        raise ConfigError(f"{where}: {spec!r}: nothing after ':'")
-    return Arm(estimator, tuple(sorted(settings)))
-
-
-def canonical_value(value: Any) -> str:
-    """One spelling per value, as YAML reads it: ``2``, ``2.0`` -> ``2``; ``0.90`` ->
-    ``0.9``; ``True`` -> ``true``; None -> ``null``; other text as it is."""
-    if isinstance(value, str):
-        try:
-            value = yaml.safe_load(value)
-        except yaml.YAMLError:
-            return value
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float) and value.is_integer():
-        return str(int(value))
-    if isinstance(value, int | float):
-        return repr(value)
-    return str(value)
-
-
-def axis_arms(arms: list[Arm], axes: dict[str, list[Any]], where: str = "axes") -> list[Arm]:
-    """Each arm crossed with every value of every axis that its estimator reads (an arm
-    whose estimator does not read an axis's key stays one arm)."""
-    reads = {f.name: f.metadata.get("reads") or TRAINER_ESTIMATORS for f in fields(AlgoConfig)}
-    out: list[Arm] = []
-    for key, values in axes.items():
-        if key not in reads or key == "estimator":
-            raise ConfigError(f"{where}: algo.{key} is not a setting")
-        if not isinstance(values, list) or not values:
-            raise ConfigError(f"{where}.{key}: a non-empty list of values, got {values!r}")
-    for arm in arms:
-        keys = [k for k in axes if arm.estimator in reads[k] and k not in dict(arm.settings)]
-        for combo in itertools.product(*(axes[k] for k in keys)):
-            extra = tuple((k, canonical_value(v)) for k, v in zip(keys, combo, strict=True))
-            out.append(Arm(arm.estimator, tuple(sorted(arm.settings + extra))))
-    return list(dict.fromkeys(out))
 
 
 @dataclass
@@ -186,7 +103,16 @@ def default_pairs(arms: list[Arm]) -> list[tuple[str, str]]:
 
 
 def check_seeds(seeds: Any, where: str) -> list[int]:
-    """``seeds``: a count n (0..n-1) or a list of distinct non-negative ints."""
+    """``seeds``: a count n (0..n-1) or a list of distinct ints in ``[0, 2**32 - 1]`` (the
+    trainer's ``run.seed``), at most :data:`MAX_SEEDS` of them.
+
+    Raises:
+        ConfigError: naming ``where`` (and the seed's position) and the bound.
+    """
+    count = seeds if isinstance(seeds, int) and not isinstance(seeds, bool) else None
+    count = len(seeds) if isinstance(seeds, list) else count
+    if count is not None and count > MAX_SEEDS:
+        raise ConfigError(f"{where}: at most {MAX_SEEDS} seeds, got {count}")
     if isinstance(seeds, int) and not isinstance(seeds, bool) and seeds > 0:
         return list(range(seeds))
     if (
@@ -195,7 +121,15 @@ def check_seeds(seeds: Any, where: str) -> list[int]:
         or any(isinstance(s, bool) or not isinstance(s, int) or s < 0 for s in seeds)
         or len(set(seeds)) != len(seeds)
     ):
-        raise ConfigError(f"{where} must be distinct non-negative ints (or a count), got {seeds}")
+        raise ConfigError(
+            f"{where} must be distinct non-negative ints (or a count), got {show(seeds)}"
+        )
+    for i, seed in enumerate(seeds):
+        if seed > MAX_SEED:
+            raise ConfigError(
+                f"{where}[{i}]: a seed is the trainer's run.seed, in [0, {MAX_SEED}] "
+                f"(2**32 - 1), got {show(seed)}"
+            )
     return list(seeds)
 
 
@@ -203,15 +137,17 @@ def check_pairs(pairs: Any, arms: list[Arm], where: str) -> list[tuple[str, str]
     """``[[A, B], ...]`` checked against the part's arms (names in any spelling)."""
     names = {a.name for a in arms}
     if not isinstance(pairs, list | tuple):
-        raise ConfigError(f"{where}: a list of [arm A, arm B] pairs, got {pairs!r}")
+        raise ConfigError(f"{where}: a list of [arm A, arm B] pairs, got {show(pairs)}")
     out = []
     for pair in pairs:
         if not isinstance(pair, list | tuple) or len(pair) != 2:
-            raise ConfigError(f"{where}: a pair is [arm A, arm B], got {pair!r}")
+            raise ConfigError(f"{where}: a pair is [arm A, arm B], got {show(pair)}")
         a, b = (parse_arm(str(x), where).name for x in pair)
         for x in (a, b):
             if x not in names:
-                raise ConfigError(f"{where}: {x!r} is not an arm of the part ({sorted(names)})")
+                raise ConfigError(
+                    f"{where}: {show(x)} is not an arm of the part ({show(sorted(names))})"
+                )
         if a == b:
             raise ConfigError(f"{where}: {a!r} is paired with itself")
         out.append((a, b))
@@ -225,27 +161,34 @@ def load_study_file(path: Path) -> tuple[list[Part], dict[str, int]]:
     Raises:
         ConfigError: naming the dotted key that is wrong.
     """
-    try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-        raise ConfigError(f"--study {path}: cannot read it ({exc})") from exc
+    try:  # the guarded loader: size, depth, integer digits, no aliases
+        text = read_limited(path, "--study", MAX_CONFIG_BYTES).decode("utf-8")
+        data = load_yaml(text, f"--study {path}", max_bytes=MAX_CONFIG_BYTES)
+    except ParseError as exc:
+        raise ConfigError(f"--study {path}: cannot read it ({exc})") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"--study {path}: cannot read it (not UTF-8: {exc.reason})") from None
+    except GuardError as exc:
+        raise ConfigError(str(exc)) from None
     if not isinstance(data, dict):
         raise ConfigError(f"--study {path}: a mapping with 'parts', got {type(data).__name__}")
     for key in data:
         if key not in _FILE_KEYS:
-            raise ConfigError(f"--study {path}: unknown key {key!r} (known: {sorted(_FILE_KEYS)})")
+            raise ConfigError(
+                f"--study {path}: unknown key {show(key)} (known: {sorted(_FILE_KEYS)})"
+            )
     options = {}
     for key in ("jobs", "threads"):
         if key in data:
             value = data[key]
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"{key} must be a positive int, got {value!r}")
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 1024:
+                raise ConfigError(f"{key} must be a positive int (at most 1024), got {show(value)}")
             options[key] = value
     overrides = data.get("overrides") or []
     if not isinstance(overrides, list) or not all(
         isinstance(o, str) and o.startswith("--") and "=" in o for o in overrides
     ):
-        raise ConfigError(f"overrides: a list of '--key=value' strings, got {overrides!r}")
+        raise ConfigError(f"overrides: a list of '--key=value' strings, got {show(overrides)}")
     own = ("--algo.", "--run.seed", "--run.threads", "--run.label", "--run.progress", "--out")
     for o in overrides:
         if o.startswith(own):
@@ -255,22 +198,26 @@ def load_study_file(path: Path) -> tuple[list[Part], dict[str, int]]:
             )
     raw = data.get("parts")
     if not isinstance(raw, list) or not raw:
-        raise ConfigError(f"parts: a non-empty list of parts, got {raw!r}")
+        raise ConfigError(f"parts: a non-empty list of parts, got {show(raw)}")
     parts = []
     for i, entry in enumerate(raw):
         where = f"parts.{i}"
         if not isinstance(entry, dict):
-            raise ConfigError(f"{where}: a mapping, got {entry!r}")
+            raise ConfigError(f"{where}: a mapping, got {show(entry)}")
         for key in entry:
             if key not in _PART_KEYS:
-                raise ConfigError(f"{where}.{key}: unknown key (known: {sorted(_PART_KEYS)})")
+                raise ConfigError(
+                    f"{where}.{bound_text(str(key), 60)}: unknown key (known: {sorted(_PART_KEYS)})"
+                )
         configs = entry.get("configs")
         if (
             not isinstance(configs, list)
             or not configs
             or not all(isinstance(c, str) for c in configs)
         ):
-            raise ConfigError(f"{where}.configs: a non-empty list of YAML paths, got {configs!r}")
+            raise ConfigError(
+                f"{where}.configs: a non-empty list of YAML paths, got {show(configs)}"
+            )
         base = Path(path).parent
         config_paths = [c if Path(c).is_absolute() else base / c for c in map(Path, configs)]
         for c in config_paths:
@@ -278,11 +225,13 @@ def load_study_file(path: Path) -> tuple[list[Part], dict[str, int]]:
                 raise ConfigError(f"{where}.configs: no file {c}")
         arms_raw = entry.get("arms")
         if not isinstance(arms_raw, list) or not arms_raw:
-            raise ConfigError(f"{where}.arms: a non-empty list of arm strings, got {arms_raw!r}")
+            raise ConfigError(
+                f"{where}.arms: a non-empty list of arm strings, got {show(arms_raw)}"
+            )
         arms = [parse_arm(str(a), f"{where}.arms") for a in arms_raw]
         axes = entry.get("axes") or {}
         if not isinstance(axes, dict):
-            raise ConfigError(f"{where}.axes: a mapping key -> list, got {axes!r}")
+            raise ConfigError(f"{where}.axes: a mapping key -> list, got {show(axes)}")
         arms = axis_arms(arms, axes, f"{where}.axes") if axes else list(dict.fromkeys(arms))
         seeds = check_seeds(entry.get("seeds", 3), f"{where}.seeds")
         if "pairs" in entry:  # an empty list: no pairs
@@ -291,12 +240,12 @@ def load_study_file(path: Path) -> tuple[list[Part], dict[str, int]]:
             pairs = default_pairs(arms)
         name = entry.get("name", f"part{i}")
         if not isinstance(name, str) or not name.strip():
-            raise ConfigError(f"{where}.name: a non-empty string, got {name!r}")
+            raise ConfigError(f"{where}.name: a non-empty string, got {show(name)}")
         parts.append(Part(name, config_paths, arms, seeds, pairs, tuple(overrides)))
     seen: set[str] = set()
     for i, part in enumerate(parts):
         if part.name in seen:
-            raise ConfigError(f"parts.{i}.name: {part.name!r} names another part too")
+            raise ConfigError(f"parts.{i}.name: {show(part.name)} names another part too")
         seen.add(part.name)
     return parts, options
 
@@ -309,7 +258,10 @@ def plan_runs(
 
     Every config is loaded under every arm first, so a setting that an arm's estimator does
     not read (or a bad value) fails here, before anything trains. A ``tiny-random`` model is
-    built once per config into ``out/models/`` and shared by all its runs.
+    built once per config into ``out/models/`` and shared by all its runs: each run folder's
+    ``tiny-model`` (where the trainer looks for a ``tiny-random`` model) is a link to it,
+    relative, so that the runs' configs hold no path and a study folder resumes wherever it
+    is moved or copied (:func:`link_shared_model`).
 
     Returns:
         The runs, and the parts (their seeds cut under ``quick``).
@@ -342,10 +294,11 @@ def plan_runs(
                 except ConfigError as exc:
                     raise ConfigError(f"{part.name}: arm {arm.name!r}: {exc}") from exc
     # Only now, with every arm checked, build the shared tiny models.
+    shared: dict[Path, Path] = {}
     for path, overrides in prepared.items():
         base = load_config(path, overrides)
         if base.model.name_or_path == "tiny-random":
-            overrides.append(f"--model.name_or_path={_shared_tiny_model(base, out)}")
+            shared[path] = _shared_tiny_model(base, out)
     runs: dict[tuple[str, str, int], Run] = {}
     for part in parts:
         for path in part.configs:
@@ -355,8 +308,25 @@ def plan_runs(
                     runs_dir = "runs-quick" if quick else "runs"  # never mixed with full runs
                     run_out = out / runs_dir / key[0] / arm.folder / f"seed{seed}"
                     run = Run(Path(path), key[0], arm, seed, run_out, tuple(prepared[path]))
-                    runs.setdefault(key, run)
+                    if runs.setdefault(key, run) is run and path in shared:
+                        link_shared_model(shared[path], run_out)
     return list(runs.values()), parts
+
+
+def link_shared_model(model: Path, run_out: Path) -> None:
+    """Makes ``run_out/tiny-model`` a relative link to the study's shared tiny model
+    ``model`` (a copy where links cannot be made), unless something is there already (a
+    resumed run's link, or a model the trainer built): the trainer finds it there, sees it
+    was built with the run's settings, and builds none (:func:`~training.local.model.
+    resolve_model_path`)."""
+    link = run_out / "tiny-model"
+    if link.is_symlink() or link.exists():
+        return
+    run_out.mkdir(parents=True, exist_ok=True)
+    try:
+        os.symlink(os.path.relpath(model.resolve(), run_out.resolve()), link, True)
+    except OSError:  # no symbolic links here (some Windows setups)
+        shutil.copytree(model, link)
 
 
 def _overrides(path: Path, given: tuple[str, ...], quick: bool, threads: int) -> list[str]:

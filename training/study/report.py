@@ -10,8 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from training.files import atomic_write_bytes
-from training.local.config import TrainConfig
-from training.local.metrics import read_metrics
+from training.guarded import GuardError, read_limited
+from training.local.config import ConfigError, TrainConfig
+from training.local.metrics import METRICS_FILE, read_metrics
 from training.stats import mean_ci, paired_difference
 from training.study.plan import Part, Run
 
@@ -40,13 +41,26 @@ def summarize_run(out: Path) -> dict[str, Any]:
     iterations; ``auc_success``: mean training success over every iteration (how soon a run
     learns); ``heldout_success``: the last evaluation; the step-group statistics: mean over
     the iterations.
+
+    Raises:
+        ConfigError: the run's metrics are unreadable (:func:`~training.local.metrics.
+            read_metrics` checks every row), missing, or lack a number the study reads (the
+            file, line and field named); its ``wall_seconds.txt`` holds no number of seconds.
     """
-    rows = read_metrics(out)
+    path = out / METRICS_FILE
+    try:
+        rows = read_metrics(path)
+    except GuardError as exc:
+        raise ConfigError(f"{exc}; the study reads every run's metrics") from None
     if not rows:
-        raise ValueError(f"{out} holds no metrics")
+        raise ConfigError(f"{path}: no metrics rows; the run did not finish an iteration")
+    for number, row in enumerate(rows, 1):  # rows are whole lines, in order
+        for key in ("success_rate", "valid_action_rate"):
+            if key not in row or (key == "success_rate" and row[key] is None):
+                raise ConfigError(f"{path} line {number} (iteration {row['iteration']}): no "
+                                  f"{key}; the study reads it from every row")  # fmt: skip
     tail = rows[-max(1, len(rows) // 4) :]
-    evals = [r for r in rows if "eval_success_rate" in r]
-    wall = out / "wall_seconds.txt"
+    evals = [r for r in rows if r.get("eval_success_rate") is not None]
     return {
         "train_success": _mean(r["success_rate"] for r in tail),
         "auc_success": _mean(r["success_rate"] for r in rows),
@@ -55,7 +69,7 @@ def summarize_run(out: Path) -> dict[str, Any]:
         "valid_action_rate": _mean(r["valid_action_rate"] for r in tail),
         "step_group_coverage": _mean(r.get("step_group_coverage", math.nan) for r in rows),
         "step_group_mean_size": _mean(r.get("step_group_mean_size", math.nan) for r in rows),
-        "minutes": float(wall.read_text()) / 60 if wall.exists() else math.nan,
+        "minutes": _wall_seconds(out / "wall_seconds.txt") / 60,
         "curve": {
             "iteration": [r["iteration"] + 1 for r in rows],
             "success_rate": [r["success_rate"] for r in rows],
@@ -211,6 +225,24 @@ def plot_study(study: dict[str, Any], path: Path) -> Path:
     atomic_write_bytes(path, buffer.getvalue())
     plt.close(fig)
     return path
+
+
+def _wall_seconds(path: Path) -> float:
+    """The seconds a run took (``wall_seconds.txt``, written when it finished), NaN when the
+    file is not there.
+
+    Raises:
+        ConfigError: the file holds no finite number of seconds >= 0.
+    """
+    if not path.is_file():
+        return math.nan
+    try:
+        seconds = float(read_limited(path, "", 100).decode("ascii"))
+    except (GuardError, UnicodeDecodeError, ValueError):
+        seconds = math.nan
+    if not (math.isfinite(seconds) and seconds >= 0):
+        raise ConfigError(f"{path}: not a number of seconds; delete it (the run is kept)")
+    return seconds
 
 
 def _mean(values: Any) -> float:

@@ -19,8 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from training.files import atomic_write_text
+from training.guarded import read_json_file
 from training.local.config import TRAINER_ESTIMATORS, ConfigError, TrainConfig, load_config
 from training.local.metrics import read_metrics
+from training.locks import FolderLock, hold_folder
 from training.study.plan import Arm, Part, Run, check_seeds
 from training.study.plan import plan_runs as plan_part_runs
 from training.study.report import plot_study, summarize, write_table
@@ -98,7 +100,7 @@ def _check_existing(run: Run) -> None:
         return
     config = load_config(run.config_path, run.argv()[5:])
     try:
-        changes = config_changes(json.loads(saved.read_text(encoding="utf-8")), config)
+        changes = config_changes(read_json_file(saved, "run config", nonfinite=True), config)
     except (OSError, ValueError) as exc:
         raise ConfigError(f"{saved}: cannot read it ({exc}); use another --out") from exc
     changes = [c for c in changes if not c.startswith(("run.label", "run.progress", "out"))]
@@ -125,6 +127,19 @@ def write_study(runs: list[Run], parts: list[Part], out: Path, header: str) -> d
     atomic_write_text(out / "study.json", json.dumps(study, indent=1) + "\n")
     plot_study(study, out / "study.png")
     return study
+
+
+def hold_study(out: Path) -> FolderLock:
+    """Holds the study folder ``out`` for this invocation (:func:`training.locks.hold_folder`,
+    kind ``study``; release it, or use ``with``): a second study there, or a folder another
+    kind of command made (a training run, an evaluation), is refused before anything is
+    written. Each run folder inside is held by its own trainer process.
+
+    Raises:
+        FolderLockError: FolderBusyError naming the process holding ``out``, or
+            FolderKindError.
+    """
+    return hold_folder(out, "study", "python -m training.study")
 
 
 def study_path(name: str) -> Path:
