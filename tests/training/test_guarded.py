@@ -193,8 +193,8 @@ GOOD = [_episode(i, s) for i in range(4) for s in range(2)]
     ],
 )
 def test_a_tampered_or_foreign_episode_row_is_named_never_counted(tmp_path, row, message):
-    from training.evaluation.run import read_rows
-    from training.evaluation.suites import SuiteError
+    from training.evaluation.play import read_rows
+    from training.evaluation.suite_file import SuiteError
 
     path = tmp_path / "episodes.jsonl"
     _episodes(path, [*GOOD[:3], row, *GOOD[4:]])  # line 4: the second row of task 1
@@ -207,8 +207,8 @@ def test_a_tampered_or_foreign_episode_row_is_named_never_counted(tmp_path, row,
 
 
 def test_a_cut_last_write_is_still_dropped_and_a_short_group_is_named(tmp_path):
-    from training.evaluation.run import read_rows
-    from training.evaluation.suites import SuiteError
+    from training.evaluation.play import read_rows
+    from training.evaluation.suite_file import SuiteError
 
     path = tmp_path / "episodes.jsonl"
     _episodes(path, GOOD)
@@ -225,7 +225,7 @@ def test_a_cut_last_write_is_still_dropped_and_a_short_group_is_named(tmp_path):
 def test_run_json_and_manifests_are_read_guarded(tmp_path):
     from training.evaluation.data import check_manifest, manifest_sha256
     from training.evaluation.suite import _check_run
-    from training.evaluation.suites import SuiteError
+    from training.evaluation.suite_file import SuiteError
 
     (tmp_path / "run.json").write_text("[1, 2]")
     with pytest.raises(SuiteError, match="run file .*run.json: expected a JSON object, got a"):
@@ -273,7 +273,7 @@ def test_compare_names_a_summary_field_that_is_not_a_number(tmp_path, capsys):
 
 
 def test_a_suite_seed_past_32_bits_is_refused_when_the_suite_loads(tmp_path):
-    from training.evaluation.suites import SuiteError, load_suite
+    from training.evaluation.suite_file import SuiteError, load_suite
 
     raw = {"suite": "mine", "version": 1, "layout": "searchqa",
            "env": {"id": "gigpo/SearchQA-v0", "kwargs": {}},

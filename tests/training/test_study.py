@@ -222,7 +222,7 @@ def test_an_arm_setting_its_estimator_ignores_fails_before_any_model_is_built(tm
 
 
 def test_the_shipped_paper_study_has_the_paper_axes_on_8_seeds():
-    from training.study.runs import study_path
+    from training.study.parts import study_path
 
     parts, options = load_study_file(study_path("paper"))
     assert options == {"jobs": 2, "threads": 1}

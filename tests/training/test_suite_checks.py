@@ -19,7 +19,7 @@ from gigpo_envs.webshop.catalog import MAX_PRODUCTS
 from training.cli.evaluate import main
 from training.evaluation.data import prepare_data
 from training.evaluation.suite import SuiteRequest, _check_run, suite_config
-from training.evaluation.suites import MAX_GENERATED_GAMES, SuiteError, load_suite, set_roots
+from training.evaluation.suite_file import MAX_GENERATED_GAMES, SuiteError, load_suite, set_roots
 from training.evaluation.table import markdown_table, summarize
 
 

@@ -17,8 +17,8 @@ from sample_data import sample_dir
 
 from training.cli.evaluate import main
 from training.evaluation.data import prepare_data
-from training.evaluation.run import read_rows, suite_tasks
-from training.evaluation.suites import LAYOUTS, SuiteError, load_suite, set_roots, suite_names
+from training.evaluation.play import read_rows, suite_tasks
+from training.evaluation.suite_file import LAYOUTS, SuiteError, load_suite, set_roots, suite_names
 from training.evaluation.table import ALFWORLD_COLUMNS, summarize
 
 SEARCHQA = sample_dir("searchqa", "wiki_sample_1000.jsonl")

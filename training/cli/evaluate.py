@@ -25,7 +25,7 @@ from training.evaluation.heldout import (
     evaluate_heldout,
     prompt_config,
 )
-from training.evaluation.suites import SuiteError, load_suite, suite_names
+from training.evaluation.suite_file import SuiteError, load_suite, suite_names
 from training.evaluation.table import compare
 from training.local.config import ConfigError
 from training.locks import FolderLockError

@@ -32,22 +32,13 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
-from training.local.config import TRAINER_ESTIMATORS, ConfigError
+from training.local.config import ConfigError
 from training.locks import FolderLockError
-from training.study.plan import (
-    Arm,
-    Part,
-    axis_arms,
-    check_pairs,
-    check_seeds,
-    default_pairs,
-    load_study_file,
-    parse_arm,
-)
+from training.study.parts import command_line_parts
+from training.study.plan import Part
 from training.study.plan import plan_runs as plan_part_runs
-from training.study.runs import hold_study, run_all, study_path, write_study
+from training.study.runs import hold_study, run_all, write_study
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -125,39 +116,10 @@ def main(argv: list[str] | None = None) -> int:
 
 def _parts(args: argparse.Namespace) -> tuple[list[Part], dict[str, int]]:
     """The parts from ``--study`` or from the command line's configs, arms and axes."""
-    if args.study:
-        mixed = [f for f in ("config", "estimators", "seeds") if getattr(args, f)]
-        mixed += [f for f in ("arm", "axis", "pair") if getattr(args, f)]
-        if mixed:
-            raise ConfigError(f"--study holds the arms and configs; drop --{mixed[0]}")
-        parts, options = load_study_file(study_path(args.study))
-        if args.part:
-            unknown = set(args.part) - {p.name for p in parts}
-            if unknown:
-                raise ConfigError(f"--part: no part {sorted(unknown)} in {args.study}")
-            parts = [p for p in parts if p.name in args.part]
-        return parts, options
-    if not args.config:
-        raise ConfigError("give --config (repeatable) or --study")
-    if args.part:
-        raise ConfigError("--part needs --study")
-    estimators = TRAINER_ESTIMATORS if args.estimators is None and not args.arm else (
-        args.estimators or []
+    return command_line_parts(
+        study=args.study, part=args.part, config=args.config, estimators=args.estimators,
+        arm=args.arm, axis=args.axis, pair=args.pair, seeds=args.seeds,
     )  # fmt: skip
-    unknown = [e for e in estimators if e not in TRAINER_ESTIMATORS]
-    if unknown or not (estimators or args.arm):
-        raise ConfigError(f"--estimators must name some of {TRAINER_ESTIMATORS}, got {estimators}")
-    arms = [Arm(e) for e in estimators] + [parse_arm(a) for a in args.arm]
-    axes: dict[str, list[Any]] = {}
-    for item in args.axis:
-        key, eq, values = item.partition("=")
-        if not eq or not values:
-            raise ConfigError(f"--axis: KEY=v1,v2,..., got {item!r}")
-        axes[key.strip()] = [v.strip() for v in values.split(",") if v.strip()]
-    arms = axis_arms(arms, axes, "--axis") if axes else list(dict.fromkeys(arms))
-    seeds = check_seeds(args.seeds if args.seeds is not None else [0, 1, 2], "--seeds")
-    pairs = check_pairs(args.pair, arms, "--pair") or default_pairs(arms)
-    return [Part("study", [Path(c) for c in args.config], arms, seeds, pairs)], {}
 
 
 if __name__ == "__main__":

@@ -6,11 +6,11 @@ Read :mod:`training.evaluation.heldout` first (one model on N held-out tasks, wi
 trainer's own play loop), then :mod:`training.evaluation.suite` (a suite run, end to end).
 The suites' parts:
 
-- :mod:`training.evaluation.suites`: a suite file (``training/suites/*.yaml``) loaded and
+- :mod:`training.evaluation.suite_file`: a suite file (``training/suites/*.yaml``) loaded and
   checked key by key, and its data roots;
 - :mod:`training.evaluation.data`: a suite's data, generated once where it has a recipe,
   hashed and checked against its pin;
-- :mod:`training.evaluation.run`: a suite's tasks played in batches, resumably
+- :mod:`training.evaluation.play`: a suite's tasks played in batches, resumably
   (``episodes.jsonl``);
 - :mod:`training.evaluation.rows`: an episode row read back, checked field by field;
 - :mod:`training.evaluation.table`: a suite's cells with their intervals, the paper-layout

@@ -1,5 +1,5 @@
 """A suite's data: generated once where the suite has a recipe, then every file hashed and
-checked against its pin (:mod:`training.evaluation.suites` loads the suite and its data roots).
+checked against its pin (:mod:`training.evaluation.suite_file` loads the suite and its data roots).
 
 A pinned file that is missing or whose SHA-256 differs is an error naming it. Data that
 could not be hashed when its suite was written is hashed here into a manifest, which
@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from training.evaluation.suites import DEFAULT_CACHE, Suite, SuiteError
+from training.evaluation.suite_file import DEFAULT_CACHE, Suite, SuiteError
 from training.guarded import GuardError, read_json_file
 from training.text import bound_text, show
 

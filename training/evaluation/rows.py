@@ -1,6 +1,6 @@
 """A suite run's episode rows (``episodes.jsonl``), checked field by field when read back.
 
-:func:`training.evaluation.run.play_suite` writes one row per episode (its ``_rows``); a row
+:func:`training.evaluation.play.play_suite` writes one row per episode (its ``_rows``); a row
 read back counts toward a suite's numbers only when every field is what that writer
 writes: the types, and the ranges one episode can have (a ``length`` >= 0, a finite
 ``return``, ``valid_steps`` within the length, one step entry per step, ...). With the

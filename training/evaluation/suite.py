@@ -1,9 +1,9 @@
 """A pinned suite, played and tabled (``gigpo-evaluate --suite NAME --model M``, whose command
 line is :mod:`training.cli.evaluate`).
 
-The suite (:mod:`training.evaluation.suites`) fixes what is played; this module checks the
+The suite (:mod:`training.evaluation.suite_file`) fixes what is played; this module checks the
 request against it, prepares and hashes the data (:mod:`training.evaluation.data`), loads
-the model, plays the tasks resumably (:mod:`training.evaluation.run`) and writes, into
+the model, plays the tasks resumably (:mod:`training.evaluation.play`) and writes, into
 ``out``:
 
 * ``run.json``: the settings a resumed run must repeat;
@@ -32,8 +32,8 @@ from training.evaluation.heldout import (
     load_policy,
     prompt_config,
 )
-from training.evaluation.run import code_version, play_suite, suite_tasks
-from training.evaluation.suites import PINNED_KEYS, SuiteError, load_suite, set_roots
+from training.evaluation.play import code_version, play_suite, suite_tasks
+from training.evaluation.suite_file import PINNED_KEYS, SuiteError, load_suite, set_roots
 from training.evaluation.table import markdown_table, summarize
 from training.files import atomic_write_text
 from training.guarded import GuardError, read_json_file

@@ -23,8 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from training.evaluation.run import read_rows
-from training.evaluation.suites import SuiteError
+from training.evaluation.play import read_rows
+from training.evaluation.suite_file import SuiteError
 from training.guarded import GuardError, read_json_file
 from training.stats import Z95, mean_ci, sign_test, wilson_interval
 from training.text import bound_text, show
@@ -64,7 +64,7 @@ def cell(values_by_task: list[list[float]], proportion: bool) -> dict[str, Any]:
 
 def summarize(layout: str, parts: list[str], rows: list[dict[str, Any]]) -> dict[str, Any]:
     """The suite's cells (``columns``: name -> :func:`cell`) and overall numbers from its
-    episode rows (:func:`training.evaluation.run.play_suite`)."""
+    episode rows (:func:`training.evaluation.play.play_suite`)."""
     by_task: dict[int, list[dict[str, Any]]] = {}
     for row in rows:
         by_task.setdefault(row["task_index"], []).append(row)
@@ -164,7 +164,7 @@ def compare(dirs: list[str | Path]) -> str:
 
     Raises:
         SuiteError: a folder without a suite summary, a summary or episode row whose fields
-            are not a suite run's (:func:`check_summary`, :func:`training.evaluation.run.
+            are not a suite run's (:func:`check_summary`, :func:`training.evaluation.play.
             read_rows`: the file and field named), or runs of different suites or data.
     """
     summaries: list[dict[str, Any]] = []
@@ -264,7 +264,7 @@ def _fields(obj: dict[str, Any], kinds: dict[str, type], where: str, required: b
 
 def _task_outcomes(path: Path, group_size: int) -> dict[int, float]:
     """task position -> share of its episodes won, from a run's episode rows, each checked
-    (:func:`training.evaluation.run.read_rows`, read only: nothing is cut)."""
+    (:func:`training.evaluation.play.read_rows`, read only: nothing is cut)."""
     if not path.is_file():
         raise SuiteError(f"--compare: no episode rows in {path}")
     won: dict[int, list[float]] = {}

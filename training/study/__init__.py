@@ -8,6 +8,8 @@ other modules:
 - :mod:`training.study.arms`: an arm (an estimator with some settings) from its string;
 - :mod:`training.study.plan`: parts and study files (``training/studies/*.yaml``)
   checked, and every (config, arm, seed) run with its folder and trainer command;
+- :mod:`training.study.parts`: the parts a command line asks for (a study file, shipped
+  by name, or configs with estimators, arms, axes, seeds and pairs);
 - :mod:`training.study.report`: a run's numbers, the arm tables, the paired differences
   and the curves (``study.md``, ``study.json``, ``study.png``).
 """

@@ -20,9 +20,10 @@ from typing import Any
 
 from training.files import atomic_write_text
 from training.guarded import read_json_file
-from training.local.config import TRAINER_ESTIMATORS, ConfigError, TrainConfig, load_config
+from training.local.config import ConfigError, TrainConfig, load_config
 from training.local.metrics import read_metrics
 from training.locks import FolderLock, hold_folder
+from training.study.parts import check_estimators
 from training.study.plan import Arm, Part, Run, check_seeds
 from training.study.plan import plan_runs as plan_part_runs
 from training.study.report import plot_study, summarize, write_table
@@ -43,9 +44,7 @@ def plan_runs(
     Raises:
         ConfigError: a bad config, estimator, arm or seed list.
     """
-    unknown = [e for e in estimators if e not in TRAINER_ESTIMATORS]
-    if unknown or not (estimators or arms):
-        raise ConfigError(f"--estimators must name some of {TRAINER_ESTIMATORS}, got {estimators}")
+    estimators = check_estimators(estimators, arms or ())
     seeds = check_seeds(list(seeds), "--seeds")
     all_arms = list(dict.fromkeys([Arm(e) for e in estimators] + list(arms or [])))
     part = Part("study", [Path(c) for c in configs], all_arms, seeds)
@@ -140,18 +139,6 @@ def hold_study(out: Path) -> FolderLock:
             FolderKindError.
     """
     return hold_folder(out, "study", "python -m training.study")
-
-
-def study_path(name: str) -> Path:
-    """A study file's path, or the name of one shipped in ``training/studies/`` (``paper``)."""
-    path = Path(name)
-    if path.exists() or path.suffix:
-        return path
-    shipped = Path(__file__).resolve().parents[1] / "studies" / f"{name}.yaml"
-    if shipped.is_file():
-        return shipped
-    known = sorted(p.stem for p in shipped.parent.glob("*.yaml"))
-    raise ConfigError(f"--study: no file {name!r} and no shipped study of that name ({known})")
 
 
 def _finished(out: Path, config: TrainConfig) -> bool:

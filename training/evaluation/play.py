@@ -1,4 +1,4 @@
-"""Playing a pinned suite (:mod:`training.evaluation.suites`): its tasks, in batches, resumably.
+"""Playing a pinned suite (:mod:`training.evaluation.suite_file`): its tasks, in batches, resumably.
 
 Every task is played by ``group_size`` rollouts (1: one greedy or sampled episode per task;
 G > 1: a GiGPO group, sampled, whose states are grouped as training groups them). After
@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from training.evaluation.rows import parse_row, row_in_suite
-from training.evaluation.suites import Suite, SuiteError
+from training.evaluation.suite_file import Suite, SuiteError
 from training.guarded import MAX_JSONL_BYTES, GuardError, read_limited
 from training.local.schema import TrainConfig
 
