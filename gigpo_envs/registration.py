@@ -31,23 +31,15 @@ for _env_id, (_entry_point, _kwargs) in ENVIRONMENTS.items():
             disable_env_checker=True,
         )
 
-# SearchQA needs data paths (dataset=, corpus= or retriever_url=), so it is registered apart
-# from ENVIRONMENTS, whose members the contract tests build with default arguments.
-if "gigpo/SearchQA-v0" not in gym.registry:
-    gym.register(
-        id="gigpo/SearchQA-v0",
-        entry_point="gigpo_envs.searchqa.env:SearchQAEnv",
-        order_enforce=False,
-        disable_env_checker=True,
-    )
-
-# ALFWorld needs game files (data_dir=, $ALFWORLD_DATA or ~/.cache/alfworld) and the alfworld
-# extra, so it is registered apart from ENVIRONMENTS too; tests/envs/test_env_alfworld*.py
-# run the contract checks on generated games.
-if "gigpo/ALFWorld-v0" not in gym.registry:
-    gym.register(
-        id="gigpo/ALFWorld-v0",
-        entry_point="gigpo_envs.alfworld.env:AlfWorldEnv",
-        order_enforce=False,
-        disable_env_checker=True,
-    )
+# SearchQA needs data paths (dataset=, corpus= or retriever_url=) and ALFWorld game files
+# (data_dir=, $ALFWORLD_DATA or ~/.cache/alfworld) and the alfworld extra, so they are
+# registered apart from ENVIRONMENTS, whose members the contract tests build with default
+# arguments; tests/envs/test_env_alfworld*.py run the contract checks on generated games.
+for _env_id, _entry_point in (
+    ("gigpo/SearchQA-v0", "gigpo_envs.searchqa.env:SearchQAEnv"),
+    ("gigpo/ALFWorld-v0", "gigpo_envs.alfworld.env:AlfWorldEnv"),
+):
+    if _env_id not in gym.registry:
+        gym.register(
+            id=_env_id, entry_point=_entry_point, order_enforce=False, disable_env_checker=True
+        )

@@ -69,7 +69,9 @@ def run_all(runs: list[Run], jobs: int, log: Any = sys.stderr) -> None:
             return
         run.out.mkdir(parents=True, exist_ok=True)
         tick = time.perf_counter()
-        with (run.out / "train.log").open("w") as stream:
+        # appended to: the trainer takes the run folder's lock only once it starts, and a
+        # refused second study must not empty the log of the run that holds it
+        with (run.out / "train.log").open("a") as stream:
             code = subprocess.call(
                 run.argv(), stdout=stream, stderr=subprocess.STDOUT, env=_child_env()
             )
