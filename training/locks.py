@@ -1,8 +1,9 @@
 """One writer per output folder: the lock every command takes on the folder it writes.
 
 :func:`hold_folder` is taken by each command that writes a run: the local trainer (kind
-``train``), the study on its folder (``study``), plain ``gigpo-evaluate --out`` (``evaluate``)
-and the suites (``suite``); :func:`hold_file` by the viewer on the page it writes. Both:
+``train``), the study on its folder (``study``), plain ``gigpo-evaluate --out`` (``evaluate``),
+the suites (``suite``) and ``gigpo-openrlhf`` on its ``--gigpo.dataset_dir`` (``openrlhf``);
+:func:`hold_file` by the viewer on the page it writes. Both:
 
 * take a non-blocking exclusive ``flock`` on a lock file (``FOLDER/.gigpo.lock``, or
   ``.PAGE.lock`` beside a page); a second writer is refused at once with
@@ -46,6 +47,7 @@ KINDS = {
     "study": "an estimator study (python -m training.study)",
     "evaluate": "a held-out evaluation (gigpo-evaluate)",
     "suite": "a suite run (gigpo-evaluate --suite)",
+    "openrlhf": "an OpenRLHF run's tasks and rollouts (gigpo-openrlhf)",
 }
 #: The most bytes read from a lock or kind file (both hold one short JSON object).
 MAX_RECORD_BYTES = 4096
@@ -120,7 +122,9 @@ class FolderLock:
         self.release()
 
 
-def hold_folder(folder: str | Path, kind: str, command: str | None = None) -> FolderLock:
+def hold_folder(
+    folder: str | Path, kind: str, command: str | None = None, option: str = "--out"
+) -> FolderLock:
     """Creates ``folder`` if needed and locks it for a command of ``kind`` (see the module
     docstring); use as ``with hold_folder(out, "train"): ...``.
 
@@ -129,6 +133,7 @@ def hold_folder(folder: str | Path, kind: str, command: str | None = None) -> Fo
         kind: one of :data:`KINDS`.
         command: what the holder record calls this command (``gigpo-train``); the process's
             own command line is recorded beside it.
+        option: what a message calls the folder's option (``--gigpo.dataset_dir``).
 
     Raises:
         FolderBusyError: another process holds the folder (its pid, command and start named).
@@ -140,20 +145,20 @@ def hold_folder(folder: str | Path, kind: str, command: str | None = None) -> Fo
         raise ValueError(f"kind must be one of {sorted(KINDS)}, got {show(kind)}")
     folder = Path(folder)
     if folder.is_dir():
-        _check_kind(folder, kind)  # before anything is written into a foreign folder
+        _check_kind(folder, kind, option)  # before anything is written into a foreign folder
     elif folder.exists() or folder.is_symlink():
-        raise FolderKindError(f"--out {folder} is not a folder; use another --out")
+        raise FolderKindError(f"{option} {folder} is not a folder; use another {option}")
     try:
         folder.mkdir(parents=True)
         created = True
     except FileExistsError:
         created = False
     except OSError as exc:
-        raise FolderLockError(f"cannot create --out {folder}: {exc.strerror or exc}") from None
-    lock = _take(folder / LOCK_FILE, folder, kind, f"--out {folder}", "--out")
+        raise FolderLockError(f"cannot create {option} {folder}: {exc.strerror or exc}") from None
+    lock = _take(folder / LOCK_FILE, folder, kind, f"{option} {folder}", option)
     lock.created = created
     try:
-        _check_kind(folder, kind)  # again under the lock: no other writer between
+        _check_kind(folder, kind, option)  # again under the lock: no other writer between
         if not (folder / KIND_FILE).exists():
             atomic_write_text(folder / KIND_FILE, json.dumps({"kind": kind}) + "\n")
         _write_holder(lock, kind, command)
@@ -213,7 +218,8 @@ def inferred_kind(folder: Path) -> str | None:
     """The kind of a folder made before kind files existed, from what it holds: a suite run
     (``run.json``), a training run (``config.json`` with ``metrics.jsonl`` or
     ``checkpoint/``), a study (``study.json``, ``study.md`` or ``runs/``), a plain
-    evaluation (``summary.json`` with ``episodes.jsonl``); None for anything else."""
+    evaluation (``summary.json`` with ``episodes.jsonl``), an OpenRLHF run's dataset folder
+    (``tasks.jsonl``); None for anything else."""
 
     def has(*names: str) -> bool:
         return any((folder / name).exists() for name in names)
@@ -226,6 +232,8 @@ def inferred_kind(folder: Path) -> str | None:
         return "study"
     if (folder / "summary.json").exists() and (folder / "episodes.jsonl").exists():
         return "evaluate"
+    if has("tasks.jsonl"):
+        return "openrlhf"
     return None
 
 
@@ -340,12 +348,12 @@ def _read_record(path: Path) -> Any:
         raise ValueError("nested too deeply") from None
 
 
-def _check_kind(folder: Path, kind: str) -> None:
+def _check_kind(folder: Path, kind: str, option: str = "--out") -> None:
     found = folder_kind(folder)
     if found is not None and found != kind:
         raise FolderKindError(
-            f"--out {folder} holds {KINDS[found]}; this command writes {KINDS[kind]}: use "
-            "another --out"
+            f"{option} {folder} holds {KINDS[found]}; this command writes {KINDS[kind]}: use "
+            f"another {option}"
         )
 
 

@@ -61,6 +61,7 @@ from typing import Any
 
 import numpy as np
 
+from training.guarded import MAX_JSONL_BYTES, MAX_LINE_BYTES, GuardError, load_json_line
 from training.records import StepRecords
 from training.stats import step_group_summary
 from training.text import bound_text
@@ -82,6 +83,8 @@ RECORD_KEYS = (
 NEXT_KEYS = ("next_anchor", "next_anchor_text")
 _FILE = re.compile(r"^iteration_(\d{6,})\.jsonl\.gz$")
 _FLOAT_KEYS = ("reward", "episode_advantage", "step_advantage", "advantage", "return")
+#: The most bytes a rollout file is read to once unpacked (a larger one is refused).
+MAX_ROLLOUT_BYTES = MAX_JSONL_BYTES
 
 
 class RolloutFileError(ValueError):
@@ -247,22 +250,24 @@ def read_rollouts(path: str | os.PathLike[str]) -> tuple[dict[str, Any], list[di
     """Reads a file written by :func:`write_rollouts`: ``(header, records)``.
 
     Raises:
-        RolloutFileError: the file is missing, not gzip, cut short, has another schema or
-            version, or a record lacks a key or has a value of the wrong type (the message
-            names the file and line).
+        RolloutFileError: the file is missing, not gzip, cut short, unpacks to over
+            :data:`MAX_ROLLOUT_BYTES`, has another schema or version, or a line is not JSON
+            under :mod:`training.guarded`'s limits or not a record (the file and line named).
     """
-    path = Path(path)
+    path, limit = Path(path), MAX_ROLLOUT_BYTES
     try:
-        with gzip.open(path, "rt", encoding="utf-8") as handle:
-            # Records are split on "\n" only: the writer keeps non-ASCII text as it is, and
-            # str.splitlines would also break lines at U+2028, U+0085 and the like.
-            lines = handle.read().split("\n")
-        if lines and lines[-1] == "":
-            lines.pop()
+        with gzip.open(path, "rb") as handle:
+            data = handle.read(limit + 1)  # at most one byte past the limit is unpacked
     except FileNotFoundError:
         raise RolloutFileError(f"no rollout file {path}") from None
-    except (OSError, EOFError, UnicodeDecodeError) as exc:
+    except (OSError, EOFError) as exc:
         raise RolloutFileError(f"{path} is not a readable gzip rollout file: {exc}") from None
+    if len(data) > limit:
+        raise RolloutFileError(f"{path} unpacks to over {limit} bytes, the limit read")
+    # one record a line, each ending in "\n" (the last one may lack it); UTF-8 checked per line
+    lines = data.split(b"\n")
+    if lines[-1] == b"":
+        lines.pop()
     if not lines:
         raise RolloutFileError(f"{path} is empty")
     header = _json_line(path, 1, lines[0])
@@ -290,13 +295,12 @@ def read_summary(path: str | os.PathLike[str]) -> dict[str, Any]:
     """The step-group summary of a rollout file (:func:`rows_summary`), from its header
     alone when the header carries it, else from its records."""
     try:
-        with gzip.open(path, "rt", encoding="utf-8") as handle:
-            header = json.loads(handle.readline())
+        with gzip.open(path, "rb") as handle:
+            header = _json_line(Path(path), 1, handle.readline(MAX_LINE_BYTES + 1))
         if header["version"] != SCHEMA_VERSION:
             raise KeyError("summary")  # version 1 named it otherwise: recomputed below
         summary = header["summary"]
-        sizes = summary["step_group_sizes"]
-        summary["step_group_sizes"] = {int(k): v for k, v in sizes.items()}
+        summary["step_group_sizes"] = {int(k): v for k, v in summary["step_group_sizes"].items()}
         return summary
     except (OSError, EOFError, ValueError, KeyError, TypeError, AttributeError):
         return rows_summary(read_rollouts(path)[1])
@@ -364,14 +368,14 @@ def _number(value: Any) -> float | None:
     return number if math.isfinite(number) else None
 
 
-def _json_line(path: Path, number: int, line: str) -> dict[str, Any]:
+def _json_line(path: Path, number: int, line: bytes) -> dict[str, Any]:
     try:
-        value = json.loads(line)
-    except json.JSONDecodeError as exc:
-        raise RolloutFileError(f"{path} line {number}: not JSON ({exc})") from None
-    if not isinstance(value, dict):
-        raise RolloutFileError(f"{path} line {number}: expected an object")
-    return value
+        text = line.decode("utf-8")
+        return load_json_line(text, str(path), number, nonfinite=True, expect=dict)
+    except UnicodeDecodeError as exc:
+        raise RolloutFileError(f"{path} line {number} is not UTF-8 text ({exc.reason})") from None
+    except GuardError as exc:
+        raise RolloutFileError(str(exc)) from None
 
 
 def _check_record(path: Path, number: int, record: dict[str, Any]) -> dict[str, Any]:

@@ -179,7 +179,7 @@ def test_wilson_interval_by_hand():
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--episodes", "0"], "--episodes must be >= 1"),
+        (["--episodes", "0"], "--episodes must be in 1.."),
         (["--temperature", "-1"], "--temperature must be a finite number >= 0, got -1.0"),
         (["--temperature", "nan"], "--temperature must be a finite number >= 0, got nan"),
         (["--prompt", "cot"], "invalid choice"),
@@ -194,6 +194,37 @@ def test_bad_arguments_are_clear_errors(args, message, tmp_path, capsys, tiny_mo
     assert message in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--episodes", "99999999999999"], "--episodes must be in 1..16384"),
+        (["--max-new-tokens", "999999999999"], "--max-new-tokens must be in 1..32768"),
+        (["--batch-size", "99999999999"], "--batch-size must be in 1..16384"),
+        (["--suite", "webshop-gen-v1", "--max-new-tokens", "999999999999"], "--max-new-tokens"),
+        (["--suite", "webshop-gen-v1", "--batch-size", "99999999999"], "--batch-size"),
+    ],
+)
+def test_sizes_are_bounded_before_any_model(args, message, tmp_path, capsys):
+    """Too large a size is exit 2 naming the option before the tiny model is built and
+    before --out is made."""
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--model", "tiny-random", "--out", str(out), *args])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+    assert not (out / "tiny-model").exists() and not out.exists()
+
+
+def test_a_failed_evaluation_leaves_no_new_folder(tmp_path, capsys):
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--model", str(tmp_path / "nowhere"), "--out", str(out)])
+    assert exit_info.value.code == 2
+    assert "not a local model directory" in capsys.readouterr().err
+    assert not out.exists()  # the lock was taken on a new folder, then discarded
+
+
 def test_a_missing_model_or_a_broken_checkpoint_is_a_clear_error(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["--model", str(tmp_path / "nowhere"), "--out", str(tmp_path / "o")])
@@ -203,7 +234,17 @@ def test_a_missing_model_or_a_broken_checkpoint_is_a_clear_error(tmp_path, capsy
     (run / "checkpoint").mkdir(parents=True)
     config = load_config("smoke", [f"--out={run}", "--model.tiny_warmup_steps=0"])
     (run / "config.json").write_text(json.dumps(config.to_dict()))
-    rng = dict.fromkeys(("python", "numpy", "torch", "generator"))
+    import random
+
+    import numpy as np
+    import torch
+
+    from training.local.checkpoint_files import rng_to_json
+
+    rng = rng_to_json({
+        "python": random.getstate(), "numpy": np.random.get_state(),  # noqa: NPY002
+        "torch": torch.get_rng_state(), "generator": np.random.default_rng(0).bit_generator.state,
+    })  # fmt: skip
     (run / "checkpoint" / "state.json").write_text(
         json.dumps({"format": 2, "iteration": 1, "rng": rng})
     )

@@ -104,7 +104,8 @@ def _metrics(tmp_path, *rows: str) -> None:
     (tmp_path / "metrics.jsonl").write_text("".join(row + "\n" for row in rows))
 
 
-ROW = {"iteration": 0, "estimator": "gigpo", "success_rate": 0.5, "valid_action_rate": 1.0}
+ROW = {"iteration": 0, "estimator": "gigpo", "success_rate": 0.5, "mean_return": 0.0,
+       "valid_action_rate": 1.0}  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -114,6 +115,13 @@ ROW = {"iteration": 0, "estimator": "gigpo", "success_rate": 0.5, "valid_action_
         ([ROW, {**ROW, "iteration": 1, "success_rate": 1.5}], "line 2: success_rate must be a"),
         ([{**ROW, "mean_return": {"nested": 1}}], "line 1: mean_return must be a number"),
         ([{**ROW, "iteration": "0"}], "iteration must be an int"),
+        ([{**ROW, "mean_episode_length": -56}], "line 1: mean_episode_length must be a count >= 0"),
+        (
+            [ROW, {**ROW, "iteration": 1, "step_records": -5}],
+            "line 2: step_records must be a count",
+        ),
+        ([{k: v for k, v in ROW.items() if k != "mean_return"}], "line 1: lacks mean_return"),
+        ([ROW, {"iteration": 1, "mean_return": 0.0}], "line 2: lacks success_rate"),
     ],
 )
 def test_a_bad_metrics_row_is_named_not_skipped(tmp_path, rows, message):
@@ -135,7 +143,7 @@ def test_metrics_nan_names_its_field_and_a_cut_last_line_is_dropped(tmp_path):
 def test_the_study_names_a_run_whose_metrics_lack_what_it_reads(tmp_path):
     from training.local.config import ConfigError
 
-    _metrics(tmp_path, json.dumps({"iteration": 0, "valid_action_rate": 1.0}))
+    _metrics(tmp_path, json.dumps({**ROW, "success_rate": None}))
     with pytest.raises(ConfigError, match=r"metrics.jsonl line 1 \(iteration 0\): no success_rate"):
         summarize_run(tmp_path)
     _metrics(tmp_path, json.dumps(ROW))

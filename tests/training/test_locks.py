@@ -367,3 +367,52 @@ def test_two_trainers_started_together_one_runs_one_is_refused(tmp_path):
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [row["iteration"] for row in rows] == [0]
     assert json.loads((out / "config.json").read_text())["run"]["seed"] == winner
+
+
+# ------------------------------------------------------------ gigpo-openrlhf, the converter
+
+
+def test_gigpo_openrlhf_holds_its_dataset_dir_and_its_dry_run_takes_nothing(tmp_path, holders):
+    import shutil
+
+    data = tmp_path / "data"
+    dry = _run("-m", "training.openrlhf.launch", "--dry-run", "--gigpo.dataset_dir", data)
+    assert dry.returncode == 0, dry.stderr[-3000:]
+    assert not data.exists()  # no lock, no folder, no tasks.jsonl
+    holder = holders("openrlhf", data)
+    launch = _run("-m", "training.openrlhf.launch", "--gigpo.dataset_dir", data)
+    _refused(launch, f"--gigpo.dataset_dir {data} {_busy(holder.pid)}")
+    _kill(holder)
+    if shutil.which("ray") is None:  # free now: taken, then the missing ray stops it
+        launch = _run("-m", "training.openrlhf.launch", "--gigpo.dataset_dir", tmp_path / "new")
+        _refused(launch, "the ray command is not installed")
+        assert not (tmp_path / "new").exists()  # the folder it made is removed again
+
+
+def test_an_openrlhf_dataset_dir_has_its_kind(tmp_path):
+    old = tmp_path / "old-openrlhf"  # made before kind files: tasks.jsonl names it
+    old.mkdir()
+    (old / "tasks.jsonl").write_text('{"seed": 0}\n')
+    assert inferred_kind(old) == "openrlhf"
+    with pytest.raises(FolderKindError, match="an OpenRLHF run's tasks"):
+        hold_folder(old, "train")
+    with hold_folder(old, "openrlhf"):
+        pass
+    run = tmp_path / "run"
+    hold_folder(run, "train").release()
+    with pytest.raises(FolderKindError, match="use another --gigpo.dataset_dir"):
+        hold_folder(run, "openrlhf", option="--gigpo.dataset_dir")
+
+
+def test_the_pickle_converter_takes_the_runs_trainer_lock(tmp_path, holders):
+    run = tmp_path / "run"
+    holder = holders("train", run)
+    (run / "checkpoint").mkdir()
+    (run / "checkpoint" / "state.pt").write_bytes(b"not read while a trainer holds the run")
+    result = _run("-m", "training.local.checkpoint", "--trust-pickle", run)
+    _refused(result, f"RUN_DIR {run} {_busy(holder.pid)}")
+    assert (run / "checkpoint" / "state.pt").exists() and not (run / "state.pt.unsafe").exists()
+    _kill(holder)
+    result = _run("-m", "training.local.checkpoint", "--trust-pickle", tmp_path / "nowhere")
+    _refused(result, "is not a folder")
+    assert not (tmp_path / "nowhere").exists()

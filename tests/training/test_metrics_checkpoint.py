@@ -14,14 +14,14 @@ from training.local.metrics import MetricsLog, plot_curves, read_metrics
 
 def test_metrics_skip_a_torn_line_and_drop_rows_past_the_checkpoint(tmp_path):
     path = tmp_path / "metrics.jsonl"
-    rows = [{"iteration": i, "success_rate": i / 10} for i in range(4)]
+    rows = [{"iteration": i, "success_rate": i / 10, "mean_return": i} for i in range(4)]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"iteration": 4, "succ')
     assert read_metrics(tmp_path) == rows
 
     log = MetricsLog(tmp_path, completed=2)
     assert read_metrics(tmp_path) == rows[:2]
-    log.write({"iteration": 2, "loss": float("nan")})
-    assert read_metrics(tmp_path)[-1] == {"iteration": 2, "loss": None}
+    log.write({**rows[2], "loss": float("nan")})
+    assert read_metrics(tmp_path)[-1] == {**rows[2], "loss": None}
 
 
 def test_plot_puts_several_runs_on_one_png(tmp_path):

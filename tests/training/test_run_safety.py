@@ -106,8 +106,12 @@ def test_a_planted_pickle_runs_no_code_under_resume_or_evaluate(
     _plant(run / "checkpoint" / name, marker)
 
     config = _config(tiny_model_dir, run, "--run.iterations=2")
-    check_resume(config)
-    with pytest.raises(RuntimeError, match="cannot resume from"):
+    if name == "state.json":  # read, its RNG states checked, before any model loads
+        with pytest.raises(ResumeConfigError, match="state.json"):
+            check_resume(config)
+    else:
+        check_resume(config)
+    with pytest.raises((RuntimeError, ResumeConfigError), match="cannot resume"):
         train(config)
     assert not marker.exists()
 
@@ -118,6 +122,53 @@ def test_a_planted_pickle_runs_no_code_under_resume_or_evaluate(
     assert code == (0 if name == "optimizer.pt" else 2)
     if code == 2:
         assert name in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("damage", ["weights", "python rng", "torch rng", "generator"])
+def test_resuming_a_damaged_checkpoint_is_exit_2_with_one_line(
+    one_iteration_run, tiny_model_dir, tmp_path, damage
+):
+    run = _copy(one_iteration_run, tmp_path)
+    state_path = run / "checkpoint" / "state.json"
+    state = json.loads(state_path.read_text())
+    if damage == "weights":
+        (run / "checkpoint" / "model.safetensors").write_bytes(b"\x08" + b"\0" * 200)
+    elif damage == "python rng":
+        state["rng"]["python"] = [3, [1, 2, 3], None]
+    elif damage == "torch rng":
+        state["rng"]["torch"] = state["rng"]["torch"][:-1]
+    else:
+        state["rng"]["generator"]["bit_generator"] = "os.system"
+    state_path.write_text(json.dumps(state))
+    key = {"python rng": "rng.python", "torch rng": "rng.torch", "generator": "rng.generator"}
+    if damage in key:  # refused before any model loads
+        with pytest.raises(ResumeConfigError, match=key[damage]):
+            check_resume(_config(tiny_model_dir, run, "--run.iterations=2"))
+    cli = [
+        sys.executable, "-m", "training.local", f"--model.name_or_path={tiny_model_dir}",
+        "--env.id=gigpo/Sokoban-v0", SOKOBAN, "--env.num_groups=2", "--env.group_size=2",
+        "--eval.groups=1", "--rollout.max_new_tokens=8", "--algo.minibatch_size=8",
+        "--optim.lr=1e-3", "--run.iterations=2", "--run.progress=false", "--run.threads=1",
+        "--run.save_rollouts_every=0", f"--out={run}",
+    ]  # fmt: skip
+    result = subprocess.run(cli, capture_output=True, text=True, cwd=REPO, timeout=300)
+    errors = [line for line in result.stderr.splitlines() if "error:" in line]
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert len(errors) == 1 and "cannot resume" in errors[0]
+    assert key.get(damage, "model.safetensors") in errors[0] or damage == "weights"
+
+
+def test_the_quickstart_into_a_folder_of_another_run_is_exit_2(
+    one_iteration_run, tiny_model_dir, tmp_path, capsys
+):
+    from training.cli.quickstart import main as quickstart_main
+
+    shutil.copytree(one_iteration_run, tmp_path / "q" / "gigpo")
+    argv = ["--out", str(tmp_path / "q"), f"--model.name_or_path={tiny_model_dir}",
+            "--run.iterations=1"]  # fmt: skip
+    assert quickstart_main(argv) == 2
+    err = capsys.readouterr().err
+    assert "another config" in err and "Traceback" not in err
 
 
 def test_an_old_pickled_checkpoint_is_refused_and_converts_only_on_request(
@@ -281,7 +332,7 @@ def test_a_tiny_model_cut_short_by_a_kill_is_rebuilt(tmp_path):
 def test_metrics_are_rewritten_whole_on_resume_never_truncated_in_place(tmp_path):
     log = MetricsLog(tmp_path)
     for iteration in range(3):
-        log.write({"iteration": iteration, "success_rate": 0.5})
+        log.write({"iteration": iteration, "success_rate": 0.5, "mean_return": 0.0})
     with (tmp_path / "metrics.jsonl").open() as before:
         MetricsLog(tmp_path, completed=2)  # resume after iteration 2's checkpoint
         # The file a reader (or a crash) saw is never cut short: the new one replaced it.

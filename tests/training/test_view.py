@@ -115,8 +115,8 @@ def test_damaged_files_are_named_errors(tmp_path):
             [json.dumps({**good, "records": 1}), json.dumps({**rows[0], "reward": "1"})],
             "reward must be a number",
         ),
-        "json.jsonl.gz": ([header, "{cut"], "line 2: not JSON"),
-        "empty.jsonl.gz": ([""], "line 1: not JSON"),
+        "json.jsonl.gz": ([header, "{cut"], "line 2 is not valid JSON"),
+        "empty.jsonl.gz": ([""], "line 1 is not valid JSON"),
     }
     for name, (content, message) in cases.items():
         path = tmp_path / "bad" / name

@@ -194,9 +194,11 @@ def test_a_record_the_page_cannot_show_is_a_named_error(tmp_path, capsys, key, v
     path = write_rollouts(run, 0, _rows(), estimator="gigpo")
     header, _ = read_rollouts(path)
     _rewrite(path, header, rows)
-    with pytest.raises(RolloutFileError, match=rf"line 3: {key} must be"):
+    big = isinstance(value, int) and abs(value) > 10**100  # refused as parsed (guarded)
+    expected = "line 3: an integer of 401 digits" if big else f"line 3: {key} must be"
+    with pytest.raises(RolloutFileError, match=expected):
         build_page(run)
-    _fails(run, capsys, path.name, f"line 3: {key} must be")
+    _fails(run, capsys, path.name, expected)
 
 
 def test_group_ids_that_read_alike_are_an_error(tmp_path, capsys):
@@ -297,17 +299,22 @@ def test_numbers_too_large_for_a_chart_are_left_out(tmp_path):
     (run / "metrics.jsonl").write_text(json.dumps({"iteration": 0, "x": 10**400}) + "\n")
     assert main([str(run), "-o", str(tmp_path / "page.html")]) == 2
     rows = [
-        {"iteration": 0, "mean_return": 1.7e308, "valid_action_rate": 0.5},
-        {"iteration": 10**99, "mean_return": -1.7e308, "valid_action_rate": 0.7},
-        {"iteration": 17 * 10**98, "valid_action_rate": 0.9},
+        {"iteration": 0, "success_rate": 0, "mean_return": 1.7e308, "valid_action_rate": 0.5},
+        {"iteration": 10**99, "success_rate": 1, "mean_return": -1.7e308, "valid_action_rate": 0.7},
+        {
+            "iteration": 17 * 10**98,
+            "success_rate": 1,
+            "mean_return": None,
+            "valid_action_rate": 0.9,
+        },
     ]
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     page_file = tmp_path / "page.html"
     assert main([str(run), "-o", str(page_file)]) == 0
     charts = _Page(page_file.read_text(encoding="utf-8"))
     lines = [attrs["points"] for tag, attrs in charts.tags if tag == "polyline"]
-    # valid-action rate (3 points), mean return (2), the saved iteration's sign chart (1)
-    assert sorted(len(points.split()) for points in lines) == [1, 2, 3]
+    # success and valid-action rate (3 points each), mean return (2), the sign chart (1)
+    assert sorted(len(points.split()) for points in lines) == [1, 2, 3, 3]
     for points in lines:
         for pair in points.split():
             x, y = (float(v) for v in pair.split(","))
@@ -328,11 +335,11 @@ def test_unreadable_inputs_are_named_errors(tmp_path, capsys):
         "deep": (lambda run: raw(run, (header + "\n" + "[" * 100_000).encode()), "nested too"),
         "long number": (
             lambda run: raw(run, (header[:-1] + ', "n": ' + "9" * 5000 + "}\n").encode()),
-            "not a readable rollout file",
+            "line 1: an integer of 5000 digits",
         ),
         "empty file": (lambda run: rollout(run).write_bytes(b""), "is empty"),
         "binary": (lambda run: rollout(run).write_bytes(bytes(range(256))), "not a readable"),
-        "not UTF-8": (lambda run: raw(run, b"\xff\xfe{}\n"), "not a readable"),
+        "not UTF-8": (lambda run: raw(run, b"\xff\xfe{}\n"), "line 1 is not UTF-8 text"),
         "a folder": (
             lambda run: (rollout(run).unlink(), rollout(run).mkdir()),
             "not a readable",
@@ -452,3 +459,40 @@ def test_a_version_1_file_is_read_and_its_summary_recomputed(tmp_path):
     assert read_rollouts(path)[1] == rows
     assert read_summary(path) == rows_summary(rows)
     assert read_summary(path)["step_group_sizes"] == {1: 3, 2: 1}
+
+
+def test_a_rollout_file_that_unpacks_past_the_limit_is_refused(tmp_path, monkeypatch, capsys):
+    import training.record_files as record_files
+
+    run = _run(tmp_path)
+    path = rollout_path(run, 0)
+    header, rows = read_rollouts(path)
+    size = len(gzip.decompress(path.read_bytes()))
+    monkeypatch.setattr(record_files, "MAX_ROLLOUT_BYTES", size)  # exactly at the limit: read
+    assert read_rollouts(path)[1] == rows
+    # a few hundred bytes of gzip that unpack to a megabyte of padding after the records
+    with gzip.open(path, "ab") as handle:
+        handle.write(b" " * (1 << 20))
+    assert path.stat().st_size < 10_000
+    monkeypatch.setattr(record_files, "MAX_ROLLOUT_BYTES", 1 << 19)
+    with pytest.raises(RolloutFileError, match=r"unpacks to over 524288 bytes") as caught:
+        read_rollouts(path)
+    assert str(path) in str(caught.value)
+    _fails(run, capsys, str(path), "unpacks to over 524288 bytes")
+
+
+def test_a_number_of_thousands_of_digits_names_the_file_and_line(tmp_path):
+    from training.record_files import read_summary
+
+    path = write_rollouts(tmp_path / "run", 0, _rows(), estimator="gigpo")
+    header, rows = read_rollouts(path)
+    huge = "9" * 4400  # past Python's own limit of 4300 digits (json.dumps cannot write it)
+    lines = [json.dumps(header)] + [json.dumps(row) for row in rows]
+    for line, reads in ((4, [read_rollouts]), (1, [read_rollouts, read_summary])):
+        bad = list(lines)
+        bad[line - 1] = bad[line - 1][:-1] + f', "n": {huge}}}'
+        with gzip.open(path, "wt", encoding="utf-8") as handle:
+            handle.write("\n".join(bad) + "\n")
+        for read in reads:  # read_summary reads the header line alone
+            with pytest.raises(RolloutFileError, match=rf"line {line}: an integer of 4400 digits"):
+                read(path)

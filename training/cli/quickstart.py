@@ -25,8 +25,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="runs/quickstart", help="directory of the runs")
     parser.add_argument("--baseline", action="store_true", help="also train GRPO")
     args, overrides = parser.parse_known_args(argv)
+    from training.local.resume import REFUSALS
     from training.local.train import train
-    from training.locks import FolderLockError
 
     runs = {}
     plans = [("gigpo", "GiGPO")] + ([("grpo", "GRPO")] if args.baseline else [])
@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"== {label}: {config.model.name_or_path} on {config.env.id} -> {out}", flush=True)
         try:
             train(config)
-        except FolderLockError as exc:  # another process holds the folder
+        except REFUSALS as exc:  # the folder is in use, or holds a run it cannot resume
             print(f"{parser.prog}: error: {exc}", file=sys.stderr)
             return 2
         runs[label] = read_metrics(out)

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from training.files import atomic_write_text
+from training.local.checks import LIMITS, MAX_EPISODES
 from training.local.config import ConfigError, TrainConfig, load_config
 from training.locks import hold_folder
 
@@ -71,18 +72,32 @@ class EvalSettings:
     batch_size: int = DEFAULT_BATCH_SIZE
 
     def check(self) -> None:
-        if self.episodes < 1:
-            raise ConfigError(f"--episodes must be >= 1, got {self.episodes}")
+        """Raises ConfigError naming the option out of range; the sizes are bounded as the
+        trainer's (``eval.groups``, ``rollout.max_new_tokens``, episodes played at once), so
+        that a typo is an error before any model loads, not an allocation that fails."""
+        most = LIMITS["eval.groups"]
+        if not 1 <= self.episodes <= most:
+            raise ConfigError(
+                f"--episodes must be in 1..{most} (the trainer's eval.groups bound), "
+                f"got {self.episodes}"
+            )
         if not (np.isfinite(self.temperature) and self.temperature >= 0):
             raise ConfigError(f"--temperature must be a finite number >= 0, got {self.temperature}")
         if not 0 < self.top_p <= 1:
             raise ConfigError(f"--top-p must be in (0, 1], got {self.top_p}")
         if self.prompt not in PROMPTS:
             raise ConfigError(f"--prompt must be one of {PROMPTS}, got {self.prompt!r}")
-        if self.max_new_tokens is not None and self.max_new_tokens < 1:
-            raise ConfigError(f"--max-new-tokens must be >= 1, got {self.max_new_tokens}")
-        if self.batch_size < 1:
-            raise ConfigError(f"--batch-size must be >= 1, got {self.batch_size}")
+        most = LIMITS["rollout.max_new_tokens"]
+        if self.max_new_tokens is not None and not 1 <= self.max_new_tokens <= most:
+            raise ConfigError(
+                f"--max-new-tokens must be in 1..{most} (the trainer's rollout.max_new_tokens "
+                f"bound), got {self.max_new_tokens}"
+            )
+        if not 1 <= self.batch_size <= MAX_EPISODES:
+            raise ConfigError(
+                f"--batch-size must be in 1..{MAX_EPISODES} (episodes played at once, an env "
+                f"each), got {self.batch_size}"
+            )
 
 
 def prompt_config(config: TrainConfig, settings: EvalSettings) -> TrainConfig:
@@ -217,7 +232,9 @@ def evaluate_heldout(
             holds another kind of output, a suite run or a training run (FolderKindError);
             nothing in it is touched.
     """
-    with hold_folder(out, "evaluate", "gigpo-evaluate"):
+    settings.check()  # before the folder is made or any model loads
+    lock = hold_folder(out, "evaluate", "gigpo-evaluate")
+    try:
         try:
             policy, tokenizer, path = load_policy(model, config, out)
         except (FileNotFoundError, RuntimeError, ValueError) as exc:
@@ -239,6 +256,10 @@ def evaluate_heldout(
         rows = "".join(json.dumps(row) + "\n" for row in episodes)
         atomic_write_text(out / "episodes.jsonl", rows)
         atomic_write_text(out / "summary.json", json.dumps(summary, indent=1) + "\n")
+    except BaseException:
+        lock.discard()  # a folder this call made and left empty is removed again
+        raise
+    lock.release()
     return summary
 
 

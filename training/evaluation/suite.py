@@ -109,17 +109,17 @@ def suite_config(args: SuiteRequest) -> tuple[Any, Any, dict[str, Any], Any]:
         temperature = suite.sampling["temperature"] if args.group_size == 1 else 1.0
     if args.group_size > 1 and temperature == 0:
         raise SuiteError("--group-size > 1 needs sampling: --temperature > 0 (default 1.0)")
-    set_roots(suite, args.data_dir, args.retriever_url)
-    data = prepare_data(suite)
-    if args.data_manifest:
-        check_manifest(data["files"], args.data_manifest)
-    config = eval_config(args.model, args.config, [*overrides, *suite.overrides()])
     top_p = suite.sampling["top_p"] if args.top_p is None else args.top_p
     settings = EvalSettings(
         episodes=1, temperature=temperature, top_p=top_p, prompt=args.prompt,
         max_new_tokens=args.max_new_tokens, batch_size=args.batch_size,
     )  # fmt: skip
-    settings.check()
+    settings.check()  # before any data is prepared or model loaded
+    set_roots(suite, args.data_dir, args.retriever_url)
+    data = prepare_data(suite)
+    if args.data_manifest:
+        check_manifest(data["files"], args.data_manifest)
+    config = eval_config(args.model, args.config, [*overrides, *suite.overrides()])
     config = prompt_config(config, settings)
     run = {
         "suite": suite.name, "suite_version": suite.version, "model": args.model,

@@ -31,8 +31,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from training.guarded import GuardError, read_limited
 from training.local.checks import MAX_SEED
-from training.local.config import ConfigError, read_yaml
+from training.local.config import MAX_CONFIG_BYTES, ConfigError, read_yaml
 from training.text import bound_text, show
 
 #: Where the shipped suites live.
@@ -146,10 +147,12 @@ def load_suite(name: str | Path) -> Suite:
         path = SUITES_DIR / f"{name}.yaml"
         if not path.is_file():
             raise SuiteError(f"unknown suite {show(str(name))}; shipped suites: {suite_names()}")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SuiteError(f"cannot read the suite file {path}: {exc}") from exc
+    try:  # the limit and a byte more at most: /dev/zero or a growing file never ends
+        text = read_limited(path, "suite file", MAX_CONFIG_BYTES).decode("utf-8")
+    except GuardError as exc:  # "suite file X: over the limit of N bytes" / "cannot read it"
+        raise SuiteError(str(exc)) from None
+    except UnicodeDecodeError as exc:
+        raise SuiteError(f"cannot read the suite file {path}: {exc}") from None
     try:
         raw = read_yaml(text, str(path))
     except Exception as exc:  # yaml's scanner and parser errors, our depth and alias checks

@@ -6,6 +6,8 @@ import argparse
 import sys
 
 from training.local.config import ConfigError, TrainConfig, load_config
+from training.local.resume import REFUSALS
+from training.locks import FolderLockError
 
 USAGE = """python -m training.local --config FILE.yaml [--out DIR] [--dry-run] [--section.key=v ...]
 
@@ -33,11 +35,8 @@ def main(argv: list[str] | None = None) -> int:
             return dry_run(config)
     except ConfigError as exc:
         parser.error(str(exc))
-    from training.local.checkpoint import UnsafeCheckpointError
     from training.local.policy import TrainingDivergedError
-    from training.local.resume import ResumeConfigError
     from training.local.train import train
-    from training.locks import FolderLockError
 
     try:
         # The resume check runs inside train(), once --out is held: a crashed save is
@@ -46,9 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     except FolderLockError as exc:  # another process holds --out, or it is not a run's
         print(f"{parser.prog}: error: {exc}", file=sys.stderr)
         return 2
-    except (ResumeConfigError, UnsafeCheckpointError) as exc:
-        parser.error(str(exc))
-    except ConfigError as exc:  # the memory plan does not fit
+    except REFUSALS as exc:  # the memory plan does not fit, a checkpoint that cannot resume
         parser.error(str(exc))
     except TrainingDivergedError as exc:
         print(f"{parser.prog}: training diverged: {exc}", file=sys.stderr)

@@ -44,6 +44,7 @@ from training.guarded import ParseError, read_json_file
 from training.local.checkpoint_files import (
     DEVICE_RNGS,
     FORMAT,
+    check_rng_states,
     device_rng_states,
     read_tensors,
     read_torch,
@@ -64,6 +65,10 @@ STAGING_SUFFIX, OLD_SUFFIX = ".tmp", ".old"
 
 class UnsafeCheckpointError(RuntimeError):
     """A checkpoint in the old pickled format: reading it could run code; it is refused."""
+
+
+class CheckpointReadError(RuntimeError):
+    """A checkpoint that cannot be read or does not fit the model; the message names it."""
 
 
 def save_checkpoint(
@@ -200,7 +205,8 @@ def load_checkpoint(
 
     Raises:
         UnsafeCheckpointError: the checkpoint is in the old pickled format.
-        RuntimeError: the checkpoint exists but cannot be read or does not fit the model.
+        CheckpointReadError: the checkpoint exists but cannot be read or does not fit the
+            model (no RNG is changed then).
     """
     import torch
 
@@ -218,11 +224,11 @@ def load_checkpoint(
             critic_optimizer.load_state_dict(read_torch(directory / "critic_optimizer.pt"))
         rng = rng_from_json(state["rng"])
         problems = restore_device_rngs(rng)  # first: a malformed one fails before any is set
+        random.setstate(rng["python"])  # all checked by read_state: these do not fail
+        np.random.set_state(rng["numpy"])  # noqa: NPY002
+        torch.set_rng_state(rng["torch"])
     except Exception as exc:  # corrupt files, another model: say which checkpoint
-        raise RuntimeError(f"cannot resume from {directory}: {exc}") from exc
-    random.setstate(rng["python"])
-    np.random.set_state(rng["numpy"])  # noqa: NPY002
-    torch.set_rng_state(rng["torch"])
+        raise CheckpointReadError(f"cannot resume from {directory}: {exc}") from exc
     for message in problems:
         warnings.warn(f"resuming from {directory}: {message}", RuntimeWarning, stacklevel=2)
     generator.bit_generator.state = rng["generator"]
@@ -257,6 +263,7 @@ def read_state(directory: Path) -> dict[str, Any]:
             f"{path}: 'rng' must hold python, numpy, torch and generator states (and "
             "optionally cuda and mps)"
         )
+    check_rng_states(rng, path)  # each restored into a throwaway object
     return state
 
 
@@ -370,8 +377,16 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not args.trust_pickle:
         parser.error("refusing to unpickle without --trust-pickle (see --help)")
-    try:
-        target = convert_pickled(Path(args.run_dir))
+    if not Path(args.run_dir).is_dir():
+        parser.error(f"{args.run_dir} is not a folder (a run directory)")
+    from training.locks import FolderLockError, hold_folder
+
+    try:  # the run's trainer lock: no trainer may be writing this checkpoint meanwhile
+        with hold_folder(args.run_dir, "train", "python -m training.local.checkpoint", "RUN_DIR"):
+            target = convert_pickled(Path(args.run_dir))
+    except FolderLockError as exc:  # a trainer holds it (named), or it is no run's folder
+        print(f"{parser.prog}: error: {exc}", file=sys.stderr)
+        return 2
     except (FileNotFoundError, KeyError, ValueError, RuntimeError) as exc:
         parser.error(str(exc))
     print(f"converted: {target} (the pickle is kept as {Path(args.run_dir) / 'state.pt.unsafe'})")

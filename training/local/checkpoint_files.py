@@ -115,6 +115,46 @@ def rng_from_json(rng: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def check_rng_states(rng: dict[str, Any], path: Path) -> None:
+    """Checks a ``state.json``'s RNG states (:func:`rng_to_json`'s form) by restoring each
+    into a throwaway object (a ``random.Random``, a NumPy ``RandomState``, a bit generator of
+    the named kind) and, for torch's, its dtype (uint8) and length (this torch's), so that a
+    damaged state is refused before any model loads and before a real RNG is changed.
+
+    Raises:
+        ValueError: a state that cannot be restored; the message names ``path`` and the key.
+    """
+    import random
+
+    import torch
+
+    key = "rng"
+    try:
+        restored = rng_from_json(rng)
+        key = "rng.python"
+        random.Random().setstate(restored["python"])
+        key = "rng.numpy"
+        np.random.RandomState().set_state(restored["numpy"])  # noqa: NPY002
+        key = "rng.torch"
+        expected = torch.get_rng_state()
+        state = restored["torch"]
+        if state.dtype != torch.uint8 or state.shape != expected.shape:
+            raise ValueError(f"{state.numel()} values, expected {expected.numel()} bytes")
+        key = "rng.generator"
+        saved = rng["generator"]
+        name = saved.get("bit_generator") if isinstance(saved, dict) else None
+        if name not in BIT_GENERATORS:
+            raise ValueError(f"'bit_generator' must be one of {BIT_GENERATORS}")
+        getattr(np.random, name)().state = saved
+    except (TypeError, ValueError, KeyError, IndexError, OverflowError, RuntimeError) as exc:
+        raise ValueError(
+            f"{path}: '{key}' is not a state this library can restore ({exc}); the checkpoint "
+            "is damaged: use another --out or --run.resume=false"
+        ) from None
+
+
+#: The NumPy bit generators a ``rng.generator`` state may name.
+BIT_GENERATORS = ("PCG64", "PCG64DXSM", "MT19937", "Philox", "SFC64")
 #: The optional RNG states of devices, saved where the run used them.
 DEVICE_RNGS = ("cuda", "mps")
 

@@ -19,7 +19,14 @@ import typing
 from pathlib import Path
 from typing import Any
 
-from training.guarded import MAX_DEPTH, MAX_YAML_BYTES, GuardError, ParseError, load_yaml
+from training.guarded import (
+    MAX_DEPTH,
+    MAX_YAML_BYTES,
+    GuardError,
+    ParseError,
+    load_yaml,
+    read_limited,
+)
 from training.local.checks import validate
 from training.local.schema import (
     DTYPES,
@@ -129,20 +136,15 @@ def load_config(
     if path is not None:
         path = config_path(path)
         try:
-            if Path(path).stat().st_size > MAX_CONFIG_BYTES:
-                raise ConfigError(
-                    f"config file {path} is over {MAX_CONFIG_BYTES} bytes; a config is a few KB"
-                )
-            text = Path(path).read_bytes().decode("utf-8")
-            loaded = read_yaml(text, f"config file {path}")
-        except OSError as exc:
-            raise ConfigError(f"cannot read config file {path}: {exc}") from None
+            # read up to the limit and a byte more: a pipe or /dev/zero has no size to stat
+            data = read_limited(path, "config file", MAX_CONFIG_BYTES)
+            loaded = read_yaml(data.decode("utf-8"), f"config file {path}")
         except UnicodeDecodeError as exc:
             raise ConfigError(
                 f"config file {path} is not UTF-8 text (byte {exc.start}: {exc.reason}); "
                 "save it as UTF-8 YAML"
             ) from None
-        except ParseError as exc:  # the message names the file: "config file X is not ..."
+        except GuardError as exc:  # the message names the file: "config file X is not ..."
             raise ConfigError(str(exc)) from None
         if loaded is None:
             loaded = {}

@@ -22,6 +22,10 @@ from training.guarded import GuardError, read_json_lines
 from training.text import bound_text, show
 
 METRICS_FILE = "metrics.jsonl"
+#: Keys every metrics row holds (a value may be null: a non-finite number is written so).
+REQUIRED_KEYS = ("iteration", "success_rate", "mean_return")
+#: Endings of the keys that count or measure (records, steps, tokens, groups): never < 0.
+COUNT_ENDINGS = ("_records", "_length", "episodes", "steps", "_size", "_tokens", "_groups")
 
 
 def iteration_row(
@@ -92,7 +96,8 @@ def metrics_problem(row: dict[str, Any], previous: int = -1) -> str:
     """What makes ``row`` no metrics row after the row of iteration ``previous``, or ``""``:
     ``iteration`` an int after ``previous`` (two runs writing one file repeat iterations);
     every value a number, string, true/false or null (:class:`MetricsLog` writes a
-    non-finite number as null); a ``*_rate`` and ``step_group_coverage`` in [0, 1]."""
+    non-finite number as null); a ``*_rate`` and ``step_group_coverage`` in [0, 1]; a count
+    (a key ending in one of :data:`COUNT_ENDINGS`) >= 0; every :data:`REQUIRED_KEYS` there."""
     iteration = row.get("iteration")
     if isinstance(iteration, bool) or not isinstance(iteration, int) or iteration <= previous:
         return f"iteration must be an int after the row before's {previous}, got {show(iteration)}"
@@ -108,6 +113,11 @@ def metrics_problem(row: dict[str, Any], previous: int = -1) -> str:
             and (isinstance(value, bool | str) or not 0.0 <= value <= 1.0)
         ):
             return f"{bound_text(key, 60)} must be a share in [0, 1] or null, got {show(value)}"
+        if key.endswith(COUNT_ENDINGS) and isinstance(value, int | float) and value < 0:
+            return f"{bound_text(key, 60)} must be a count >= 0 or null, got {show(value)}"
+    missing = [key for key in REQUIRED_KEYS if key not in row]
+    if missing:
+        return f"lacks {', '.join(missing)} (every metrics row has {', '.join(REQUIRED_KEYS)})"
     return ""
 
 

@@ -11,13 +11,38 @@ from pathlib import Path
 from typing import Any
 
 from training.guarded import GuardError, read_json_file
-from training.local.checkpoint import recover_checkpoint
-from training.local.schema import TrainConfig, ppo_gamma_renamed, renamed, resumable_keys
+from training.local.checkpoint import (
+    CheckpointReadError,
+    UnsafeCheckpointError,
+    read_state,
+    recover_checkpoint,
+)
+from training.local.schema import (
+    ConfigError,
+    TrainConfig,
+    ppo_gamma_renamed,
+    renamed,
+    resumable_keys,
+)
+from training.locks import FolderLockError
 from training.text import show
 
 
 class ResumeConfigError(ValueError):
-    """``run.resume`` found a checkpoint made with another config."""
+    """``run.resume`` found a checkpoint made with another config, or a damaged one."""
+
+
+#: What refuses a run before it trains or resumes, each with a message that names the file,
+#: key or holder: another process or kind of output in --out (FolderLockError), a checkpoint
+#: of another config, in the old pickled format, or damaged, a memory plan that does not fit.
+#: The commands that train (``gigpo-train``, the quickstart) exit 2 with the message.
+REFUSALS = (
+    FolderLockError,
+    ResumeConfigError,
+    UnsafeCheckpointError,
+    CheckpointReadError,
+    ConfigError,
+)
 
 
 def check_resume(config: TrainConfig) -> None:
@@ -27,7 +52,8 @@ def check_resume(config: TrainConfig) -> None:
     a crash interrupted (:func:`~training.local.checkpoint.recover_checkpoint`).
 
     Raises:
-        ResumeConfigError: the configs differ, or the saved one cannot be read.
+        ResumeConfigError: the configs differ, the saved one cannot be read, or the
+            checkpoint's state.json is damaged (its RNG states included: the key named).
         UnsafeCheckpointError: the checkpoint is in the old pickled format.
     """
     out = Path(config.run.out)
@@ -36,8 +62,12 @@ def check_resume(config: TrainConfig) -> None:
         return
     # A crash during a checkpoint's swap leaves checkpoint.tmp/ or checkpoint.old/: finish
     # it, so that the config check below sees the checkpoint that resume will load.
-    if recover_checkpoint(out) is None:
+    if (found := recover_checkpoint(out)) is None:
         return
+    try:  # its RNG states too (restored into throwaway objects), before any model loads
+        read_state(found)
+    except ValueError as exc:
+        raise ResumeConfigError(f"cannot resume: {exc}") from None
     if not saved_path.is_file():
         raise ResumeConfigError(
             f"{out} holds a checkpoint but no config.json to compare configs with; use "

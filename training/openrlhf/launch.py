@@ -8,6 +8,11 @@ to Ray: it joins ``$RAY_ADDRESS`` when set, else starts a local head node if non
 running. ``--dry-run`` prints the submit command and the fully resolved OpenRLHF command and
 starts nothing.
 
+While it runs the job (``ray job submit`` follows it to its end) the launcher holds the run's
+``--gigpo.dataset_dir``, where the job writes ``tasks.jsonl`` and ``rollouts/``
+(:func:`training.locks.hold_folder`, kind ``openrlhf``): a second launch into the same
+folder is refused, naming the holder. ``--dry-run`` takes no lock and writes nothing.
+
 Environment: ``PYTHON`` (the interpreter the job runs, default this one), ``GPUS`` (GPUs per
 node, default 8), ``RAY_DASHBOARD`` (default ``http://127.0.0.1:8265``).
 """
@@ -114,18 +119,31 @@ def main(argv: list[str] | None = None) -> int:
                   "and the vLLM engines', which cannot share them) on this one node of "
                   f"GPUS={gpus}", file=sys.stderr)  # fmt: skip
             return 2
-    if shutil.which("ray") is None:
-        print("gigpo-openrlhf: error: the ray command is not installed: pip install "
-              "'gigpo[openrlhf]'", file=sys.stderr)  # fmt: skip
+    from training.locks import FolderLockError, hold_folder
+    from training.openrlhf.layout import flag_value
+
+    folder = flag_value(resolved, "--gigpo.dataset_dir", "runs/openrlhf_gigpo")
+    try:
+        lock = hold_folder(folder, "openrlhf", "gigpo-openrlhf", "--gigpo.dataset_dir")
+    except FolderLockError as exc:  # another launch writes there, or another kind of folder
+        print(f"gigpo-openrlhf: error: {exc}", file=sys.stderr)
         return 2
-    if not os.environ.get("RAY_ADDRESS"):
-        running = subprocess.call(["ray", "status"], stdout=subprocess.DEVNULL,
-                                  stderr=subprocess.DEVNULL) == 0  # fmt: skip
-        if not running:
-            subprocess.check_call(
-                ["ray", "start", "--head", "--num-gpus", gpus, "--dashboard-host", "127.0.0.1"]
-            )
-    return subprocess.call(submit)
+    try:
+        if shutil.which("ray") is None:
+            print("gigpo-openrlhf: error: the ray command is not installed: pip install "
+                  "'gigpo[openrlhf]'", file=sys.stderr)  # fmt: skip
+            lock.discard()  # a folder made just now is removed again
+            return 2
+        if not os.environ.get("RAY_ADDRESS"):
+            running = subprocess.call(["ray", "status"], stdout=subprocess.DEVNULL,
+                                      stderr=subprocess.DEVNULL) == 0  # fmt: skip
+            if not running:
+                subprocess.check_call(
+                    ["ray", "start", "--head", "--num-gpus", gpus, "--dashboard-host", "127.0.0.1"]
+                )
+        return subprocess.call(submit)  # the lock's file is not inherited (O_CLOEXEC)
+    finally:
+        lock.release()
 
 
 def _async_gpus(resolved: list[str]) -> int:
