@@ -16,9 +16,11 @@ the model, plays the tasks resumably (:mod:`training.evaluation.play`) and write
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -145,26 +147,17 @@ def evaluate_suite(args: SuiteRequest) -> str:
     """
     out = Path(args.out)
     commit = code_version()  # of the code this process loaded, before anything runs
-    try:
+    with _as_suite_errors():
         suite, config, run, data = suite_config(args)
         tasks = suite_tasks(suite)
         selected = list(range(len(tasks)))
         if args.max_episodes:
             selected = first_of_each_part(tasks, args.max_episodes)
         out.mkdir(parents=True, exist_ok=True)
-    except ConfigError:
-        raise
-    except (ValueError, OSError) as exc:
-        raise SuiteError(str(exc)) from exc
-    lock = _lock(out)
-    try:
-        try:
+    with _lock(out):  # the summary and the table too are written while the folder is held
+        with _as_suite_errors():
             _check_run(out, run)
             atomic_write_text(out / "data_manifest.json", json.dumps(data, indent=1) + "\n")
-        except ConfigError:
-            raise
-        except (ValueError, OSError) as exc:
-            raise SuiteError(str(exc)) from exc
         try:
             policy, tokenizer, path = load_policy(args.model, config, out)
         except (FileNotFoundError, RuntimeError, ValueError) as exc:
@@ -180,7 +173,6 @@ def evaluate_suite(args: SuiteRequest) -> str:
                 )  # fmt: skip
         finally:
             bar.close()
-        # The summary and the table too are written while the folder is held.
         summary = {
             **run,
             "layout": suite.layout,
@@ -203,9 +195,19 @@ def evaluate_suite(args: SuiteRequest) -> str:
         table = markdown_table([summary])
         atomic_write_text(out / "summary.json", json.dumps(summary, indent=1) + "\n")
         atomic_write_text(out / "table.md", table)
-    finally:
-        lock.release()
     return table
+
+
+@contextlib.contextmanager
+def _as_suite_errors() -> Iterator[None]:
+    """A ValueError or OSError inside becomes a :class:`SuiteError` with its message (the
+    command's exit 2); a ConfigError (SuiteError included) passes as it is."""
+    try:
+        yield
+    except ConfigError:
+        raise
+    except (ValueError, OSError) as exc:
+        raise SuiteError(str(exc)) from exc
 
 
 def first_of_each_part(tasks: list[dict[str, Any]], n: int) -> list[int]:
