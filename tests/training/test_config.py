@@ -189,9 +189,7 @@ def test_resume_with_another_config_names_the_differing_keys(tiny_config, tmp_pa
 def test_a_config_that_never_ends_or_is_too_large_is_refused_fast(tmp_path):
     """A config linked to /dev/zero, and one a byte over the limit: named errors (the first in
     a child held to 1 GiB of memory and 30 s, so a regression fails rather than hangs)."""
-    import resource
-    import subprocess
-    import sys
+    from capped import run_capped
 
     from training.local.config import MAX_CONFIG_BYTES
 
@@ -200,11 +198,7 @@ def test_a_config_that_never_ends_or_is_too_large_is_refused_fast(tmp_path):
         "import sys\nfrom training.local.config import ConfigError, load_config\n"
         "try:\n    load_config(sys.argv[1])\nexcept ConfigError as exc:\n    print(exc)\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", code, str(tmp_path / "z.yaml")],
-        capture_output=True, text=True, timeout=30,
-        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30)),
-    )  # fmt: skip
+    done = run_capped(code, str(tmp_path / "z.yaml"))
     assert done.returncode == 0, done.stderr
     assert f"cannot read config file {tmp_path / 'z.yaml'}" in done.stdout
     big = tmp_path / "big.yaml"

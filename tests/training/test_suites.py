@@ -441,19 +441,13 @@ def test_a_folder_of_another_run_is_not_mixed_into(tiny_model_dir, tmp_path, cap
 def test_a_suite_file_that_never_ends_is_refused_fast(tmp_path):
     """A suite file linked to /dev/zero: the limit and a byte more are read, then a named error
     (in a child held to 1 GiB of memory and 30 s, so a regression fails rather than hangs)."""
-    import resource
-    import subprocess
-    import sys
+    from capped import run_capped
 
     (tmp_path / "z.yaml").symlink_to("/dev/zero")
     code = (
         "import sys\nfrom training.evaluation.suite_file import SuiteError, load_suite\n"
         "try:\n    load_suite(sys.argv[1])\nexcept SuiteError as exc:\n    print(exc)\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", code, str(tmp_path / "z.yaml")],
-        capture_output=True, text=True, timeout=30,
-        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30)),
-    )  # fmt: skip
+    done = run_capped(code, str(tmp_path / "z.yaml"))
     assert done.returncode == 0, done.stderr
     assert f"suite file {tmp_path / 'z.yaml'}: over the limit of 1048576 bytes" in done.stdout
