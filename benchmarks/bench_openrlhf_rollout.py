@@ -118,9 +118,9 @@ async def play(tasks: list[Any], tokenizer: Any, engine: Any, max_len: int) -> t
 
 
 def measure(args: argparse.Namespace, games: Path, tokenizer: Any, layout: str, workers: int):
-    from training.openrlhf import tasks as task_module
+    from training import env_tasks as task_module
+    from training.env_tasks import Task, close_env_pool, env_pool
     from training.openrlhf.spans import turn_columns
-    from training.openrlhf.tasks import Task, close_env_pool, env_pool
 
     close_env_pool()
     if workers:

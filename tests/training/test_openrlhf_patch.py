@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 
+from training.import_hooks import _PatchOnImport
 from training.openrlhf import patch
 from training.openrlhf.estimator import SETTINGS_ENV, GiGPOSettings
 from training.openrlhf.turns import INFO_KEY, SampleTurns
@@ -48,7 +49,7 @@ def test_patches_run_when_the_module_is_first_imported(tmp_path, monkeypatch):
         patch.install_patches({"gigpo_fake_target": bump})
         assert gigpo_fake_target.Maker.value == 3
     finally:
-        sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, patch._PatchOnImport)]
+        sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, _PatchOnImport)]
         sys.modules.pop("gigpo_fake_target", None)
 
 
@@ -56,7 +57,8 @@ def test_setup_worker_hook_runs_in_a_fresh_process():
     code = textwrap.dedent(
         """
         import sys
-        from training.openrlhf.patch import _PatchOnImport, setup_worker
+        from training.import_hooks import _PatchOnImport
+        from training.openrlhf.patch import setup_worker
         setup_worker()
         finders = [f for f in sys.meta_path if isinstance(f, _PatchOnImport)]
         assert finders and set(finders[0].patches) == {

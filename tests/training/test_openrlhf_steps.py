@@ -137,7 +137,7 @@ def test_fifty_step_alfworld_episodes_in_env_workers_equal_those_in_threads(
         for column in ("prompt_ids", "response_ids", "rewards", "anchors", "is_action_valid"):
             assert getattr(sa, column) == getattr(sb, column), column
     assert max(len(r["gigpo"]["steps"]["rewards"]) for r in threads) == 50
-    from training.openrlhf.tasks import close_env_pool, current_env_pool
+    from training.env_tasks import close_env_pool, current_env_pool
 
     assert len({s["pid"] for s in current_env_pool().stats()}) == 2  # both workers played
     close_env_pool()

@@ -4,9 +4,10 @@ Read :mod:`training.openrlhf.launch` first (the flags to a resolved run), then
 :mod:`training.openrlhf.executor` (an episode in a vLLM actor) and
 :mod:`training.openrlhf.estimator` (a batch's advantages onto tokens).
 
-Modules: :mod:`~training.openrlhf.tasks` (a task's label and where its env runs),
-:mod:`~training.openrlhf.executor` (our environments in OpenRLHF's vLLM actors, in either
-sample layout, recording :class:`~training.records.StepRecords`),
+Modules (beside the shared :mod:`training.env_tasks`: a task's label, where its env runs, a
+step's prompt and record): :mod:`~training.openrlhf.executor` (our environments in
+OpenRLHF's vLLM actors, in either sample layout, recording
+:class:`~training.records.StepRecords`),
 :mod:`~training.openrlhf.turns` (the turns each sample trains),
 :mod:`~training.openrlhf.samples` (the step layout's samples, padding and fillers),
 :mod:`~training.openrlhf.spans` (turn token ranges to action-mask columns),

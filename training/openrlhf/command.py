@@ -62,6 +62,7 @@ from pathlib import Path
 from typing import Any
 
 from gigpo_algo.estimators import ESTIMATORS
+from training.env_tasks import Task, task_label
 from training.guarded import GuardError, ParseError, load_json
 from training.openrlhf.estimator import FLAG_PREFIX, SETTINGS_ENV, GiGPOSettings
 from training.openrlhf.layout import (
@@ -73,7 +74,6 @@ from training.openrlhf.layout import (
     resolve_sizes,
 )
 from training.openrlhf.modes import check_modes
-from training.openrlhf.tasks import Task, task_label
 from training.settings import EstimatorSettings, flag_settings
 
 AGENT_FUNC = Path(__file__).resolve().parent / "agent_func.py"

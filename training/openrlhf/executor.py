@@ -32,28 +32,26 @@ import uuid
 from copy import deepcopy
 from typing import Any
 
-from training.openrlhf.estimator import GiGPOSettings
-from training.openrlhf.tasks import (
+from training.env_tasks import (
     LAYOUTS,
+    PromptTooLongError,
     Task,
     ThreadEnv,
     env_workers_for,
+    first_prompt_text,
     make_task_env,
     open_task_env,
     parse_task,
+    record_step,
+    render_prompt,
     task_label,
 )
+from training.openrlhf.estimator import GiGPOSettings
 from training.openrlhf.turns import SampleTurns
 from training.records import StepRecords
-from training.text import bound_text
 
 #: Marks where the assistant's text ends when rendering the chat template between turns.
 _SENTINEL = "\x00GIGPO-END-OF-RESPONSE\x00"
-
-
-def first_prompt_text(tokenizer: Any, messages: list[dict[str, str]]) -> str:
-    """The chat-formatted first prompt, ending with the assistant's generation prompt."""
-    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 
 
 def between_turns_text(tokenizer: Any, user_content: str, response_ended: bool) -> str:
@@ -78,64 +76,6 @@ def between_turns_text(tokenizer: Any, user_content: str, response_ended: bool) 
     if response_ended and eos and after.startswith(eos):
         after = after[len(eos) :]
     return after
-
-
-class PromptTooLongError(ValueError):
-    """A step's prompt is longer than the step layout's prompt cap."""
-
-
-def render_prompt(tokenizer: Any, messages: list[dict[str, str]]) -> list[int]:
-    """The token ids of the chat-formatted prompt, ending with the generation prompt."""
-    return tokenizer(first_prompt_text(tokenizer, messages), add_special_tokens=False)["input_ids"]
-
-
-def record_step(
-    steps: StepRecords,
-    info: dict[str, Any],
-    reward: float,
-    next_info: dict[str, Any],
-    text: str,
-    *,
-    group: str,
-    traj: str,
-    text_chars: int | None,
-    truncated: bool,
-    prompt_ids: list[int] | None = None,
-    response_ids: list[int] | None = None,
-    old_log_probs: list[float] | None = None,
-) -> None:
-    """Appends one env step to an episode's step records, as both layouts record it.
-
-    Args:
-        info: the env's info before the step: the state the response acted from (its
-            ``anchor``, ``anchor_text`` and ``raw_observation``).
-        reward, next_info: the env's answer: ``next_info["is_action_valid"]``, and the state
-            the step led to (its ``anchor`` and ``anchor_text``, the row's next state; after
-            the last step, the state the episode ended in).
-        text: the response text the env read.
-        text_chars: record the observation and the response bounded to this many
-            characters (0: whole); None records no texts (a run that saves no rollouts).
-        prompt_ids, response_ids, old_log_probs: the step layout's tokens (the episode
-            layout's are its one sequence: None).
-    """
-    keep = text_chars is not None
-    steps.append(
-        reward=float(reward),
-        anchor=info["anchor"],
-        anchor_text=info.get("anchor_text"),
-        group_id=group,
-        traj_id=traj,
-        is_action_valid=next_info["is_action_valid"],
-        prompt_ids=prompt_ids,
-        response_ids=response_ids,
-        old_log_probs=old_log_probs,
-        observation=bound_text(info.get("raw_observation", ""), text_chars) if keep else None,
-        action=bound_text(text, text_chars) if keep else None,
-        truncated=truncated,
-        next_anchor=next_info["anchor"],
-        next_anchor_text=next_info.get("anchor_text"),
-        won=bool(next_info.get("won", False)),
-    )
 
 
 def _response_log_probs(output: Any, tokens: list[int]) -> list[float]:

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from gigpo_algo.estimators import ESTIMATORS
+from training.env_tasks import LAYOUTS
 from training.openrlhf.samples import padding_multiple
-from training.openrlhf.tasks import LAYOUTS
 
 
 class UsageError(ValueError):

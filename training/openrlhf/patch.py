@@ -43,13 +43,12 @@ The code is written against one OpenRLHF release; any other raises a clear error
 from __future__ import annotations
 
 import functools
-import importlib.abc
 import importlib.metadata
-import importlib.util
-import sys
 from collections.abc import Callable
 from typing import Any
 
+from training import import_hooks as hooks
+from training.import_hooks import wrap_methods
 from training.openrlhf.estimator import GiGPOSettings, apply_gigpo, episode_stats, read_records
 from training.openrlhf.filtering import FILTER_STATS, add_stats, filter_groups
 from training.openrlhf.samples import STEP_SAMPLES, expand_step_samples, step_samples
@@ -66,7 +65,6 @@ MAKER_MODULE = "openrlhf.trainer.ppo_utils.experience_maker"
 TRAINER_MODULE = "openrlhf.trainer.ppo_trainer"
 ACTOR_MODULE = "openrlhf.trainer.ray.ppo_actor"
 BUFFER_MODULE = "openrlhf.trainer.ppo_utils.replay_buffer"
-_PATCHED_MARK = "__gigpo_patched__"
 #: The experience maker's attribute holding the last batch's episode metrics.
 EPISODE_STATS = "gigpo_episode_stats"
 
@@ -266,16 +264,6 @@ def _wrap_training_step(original: Callable) -> Callable:
     return training_step
 
 
-def wrap_methods(cls: Any, wrappers: dict[str, Callable[[Callable], Callable]]) -> None:
-    """Replaces each method ``name`` of ``cls`` by ``wrappers[name](method)``, once per class
-    (a second call does nothing)."""
-    if getattr(cls, _PATCHED_MARK, False):
-        return
-    for name, wrap in wrappers.items():
-        setattr(cls, name, wrap(getattr(cls, name)))
-    setattr(cls, _PATCHED_MARK, True)
-
-
 def patch_actor_module(module: Any) -> None:
     wrap_methods(module.ActorPPOTrainer, {"training_step": _wrap_training_step})
 
@@ -318,49 +306,11 @@ PATCHES: dict[str, Callable[[Any], None]] = {
 }
 
 
-class _PatchOnImport(importlib.abc.MetaPathFinder):
-    """Runs ``patches[name](module)`` right after module ``name`` is first executed.
-
-    Workers that never import OpenRLHF's trainer (vLLM engines) pay nothing for the hook.
-    """
-
-    def __init__(self, patches: dict[str, Callable[[Any], None]]) -> None:
-        self.patches = patches
-
-    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
-        if fullname not in self.patches:
-            return None
-        sys.meta_path.remove(self)
-        try:
-            spec = importlib.util.find_spec(fullname)
-        finally:
-            sys.meta_path.insert(0, self)
-        if spec is None or spec.loader is None:
-            return spec
-        loader, patch = spec.loader, self.patches[fullname]
-        exec_module = loader.exec_module
-
-        def exec_and_patch(module: Any) -> None:
-            exec_module(module)
-            patch(module)
-
-        loader.exec_module = exec_and_patch  # type: ignore[method-assign]
-        return spec
-
-
 def install_patches(patches: dict[str, Callable[[Any], None]] | None = None) -> None:
-    """Patches the modules now if already imported, else as soon as they are imported."""
-    patches = PATCHES if patches is None else patches
-    pending = {}
-    for name, patch in patches.items():
-        if name in sys.modules:
-            patch(sys.modules[name])
-        else:
-            pending[name] = patch
-    if pending and not any(
-        isinstance(f, _PatchOnImport) and f.patches == pending for f in sys.meta_path
-    ):
-        sys.meta_path.insert(0, _PatchOnImport(pending))
+    """Patches OpenRLHF's modules now if already imported, else as soon as they are imported
+    (:func:`training.import_hooks.install_patches`; workers that never import OpenRLHF's
+    trainer, the vLLM engines, pay nothing)."""
+    hooks.install_patches(PATCHES if patches is None else patches)
 
 
 def setup_worker() -> None:

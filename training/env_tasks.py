@@ -1,11 +1,14 @@
-"""Tasks: what one OpenRLHF prompt asks the executor to play, and where its env runs.
+"""Tasks: an environment start state and the rollout settings, where its env runs, and one
+env step as a step record: what the OpenRLHF executor and the verl agent loop share.
 
 A task is an environment start state (env id, kwargs, seed) plus the rollout settings (the
 layout, the history length K, the response and prompt caps, the env workers); its JSON label
-is written into the prompt dataset by the launcher and read back in the rollout actors.
-Its environment (:func:`make_task_env`, wrapped in the env's history prompt) runs in a thread
-of the actor (:class:`ThreadEnv`) or in one of the actor's env worker processes
-(:func:`open_task_env`, :class:`gigpo_envs.workers.EnvWorkerPool`).
+is written into the prompt dataset by a launcher (OpenRLHF's, verl's) and read back where the
+episodes are played. Its environment (:func:`make_task_env`, wrapped in the env's history
+prompt) runs in a thread of the process (:class:`ThreadEnv`) or in one of the process's env
+worker processes (:func:`open_task_env`, :class:`gigpo_envs.workers.EnvWorkerPool`). A step's
+prompt is the env's chat messages rendered by the tokenizer (:func:`render_prompt`); the step
+is one row of :class:`~training.records.StepRecords` (:func:`record_step`).
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from training.guarded import GuardError, ParseError, load_json
+from training.records import StepRecords
+from training.text import bound_text
 
 #: The sample layouts: one sample per environment step, or one per episode.
 LAYOUTS = ("step", "episode")
@@ -183,3 +188,67 @@ async def open_task_env(task: Task) -> Any:
         pool = env_pool(workers, task.env_timeout_s)
         return await pool.amake(make_task_env, task, place_with=task.group)
     return ThreadEnv(await asyncio.to_thread(make_task_env, task))
+
+
+# ------------------------------------------------------------------ prompts and records
+def first_prompt_text(tokenizer: Any, messages: list[dict[str, str]]) -> str:
+    """The chat-formatted first prompt, ending with the assistant's generation prompt."""
+    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+
+
+class PromptTooLongError(ValueError):
+    """A step's prompt is longer than the step layout's prompt cap."""
+
+
+def render_prompt(tokenizer: Any, messages: list[dict[str, str]]) -> list[int]:
+    """The token ids of the chat-formatted prompt, ending with the generation prompt."""
+    return tokenizer(first_prompt_text(tokenizer, messages), add_special_tokens=False)["input_ids"]
+
+
+def record_step(
+    steps: StepRecords,
+    info: dict[str, Any],
+    reward: float,
+    next_info: dict[str, Any],
+    text: str,
+    *,
+    group: str,
+    traj: str,
+    text_chars: int | None,
+    truncated: bool,
+    prompt_ids: list[int] | None = None,
+    response_ids: list[int] | None = None,
+    old_log_probs: list[float] | None = None,
+) -> None:
+    """Appends one env step to an episode's step records, as both layouts record it.
+
+    Args:
+        info: the env's info before the step: the state the response acted from (its
+            ``anchor``, ``anchor_text`` and ``raw_observation``).
+        reward, next_info: the env's answer: ``next_info["is_action_valid"]``, and the state
+            the step led to (its ``anchor`` and ``anchor_text``, the row's next state; after
+            the last step, the state the episode ended in).
+        text: the response text the env read.
+        text_chars: record the observation and the response bounded to this many
+            characters (0: whole); None records no texts (a run that saves no rollouts).
+        prompt_ids, response_ids, old_log_probs: the step layout's tokens (the episode
+            layout's are its one sequence: None).
+    """
+    keep = text_chars is not None
+    steps.append(
+        reward=float(reward),
+        anchor=info["anchor"],
+        anchor_text=info.get("anchor_text"),
+        group_id=group,
+        traj_id=traj,
+        is_action_valid=next_info["is_action_valid"],
+        prompt_ids=prompt_ids,
+        response_ids=response_ids,
+        old_log_probs=old_log_probs,
+        observation=bound_text(info.get("raw_observation", ""), text_chars) if keep else None,
+        action=bound_text(text, text_chars) if keep else None,
+        truncated=truncated,
+        next_anchor=next_info["anchor"],
+        next_anchor_text=next_info.get("anchor_text"),
+        won=bool(next_info.get("won", False)),
+    )
