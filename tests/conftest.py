@@ -8,9 +8,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
 def pytest_collection_modifyitems(config, items):
-    """``tox -e openrlhf`` collects tests/training only: an ``openrlhf`` test elsewhere would
-    run nowhere (the py env deselects the mark), so it is an error."""
-    training = Path(__file__).resolve().parent / "training"
+    """``tox -e openrlhf`` collects tests/training only, and ``tox -e verl`` tests/verl only
+    (which the py env ignores): a test marked for one of them elsewhere would run nowhere, so
+    it is an error."""
+    here = Path(__file__).resolve().parent
     for item in items:
-        if item.get_closest_marker("openrlhf") and training not in Path(item.path).parents:
-            raise pytest.UsageError(f"{item.nodeid}: openrlhf tests must live in {training}")
+        for mark, folder in (("openrlhf", here / "training"), ("verl", here / "verl")):
+            if item.get_closest_marker(mark) and folder not in Path(item.path).parents:
+                raise pytest.UsageError(f"{item.nodeid}: {mark} tests must live in {folder}")

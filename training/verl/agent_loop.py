@@ -93,7 +93,7 @@ class GiGPOAgentLoop(AgentLoopBase):
             _, info = await env.areset(seed=task.seed)
             while True:  # the env ends every episode (its max_steps)
                 started = time.perf_counter()
-                prompt_ids = await self.loop.run_in_executor(
+                prompt_ids = await asyncio.get_running_loop().run_in_executor(
                     None, self.continuous_token_builder.build_initial_tokens, info["messages"]
                 )
                 if len(prompt_ids) > prompt_cap:
