@@ -70,6 +70,7 @@ def test_the_wheel_carries_configs_launchers_and_license(installed):
     names = set(zipfile.ZipFile(installed["wheel"]).namelist())
     for wanted in ("training/configs/smoke.yaml", "training/configs/quickstart.yaml",
                    "training/configs/study/numberline.yaml", "training/openrlhf_gigpo.sh",
+                   "training/verl_gigpo.sh",
                    "training/configs/study/numberline_clock.yaml", "training/studies/paper.yaml",
                    "training/quickstart.sh", "training/suites/alfworld-gen-v1.yaml",
                    "training/suites/searchqa-all.yaml"):  # fmt: skip
@@ -129,6 +130,27 @@ def test_openrlhf_launcher_from_an_install(installed):
     assert "# submit:" in done.stdout and "training.openrlhf.train" in done.stdout
     assert "openrlhf.cli.train_ppo_ray" in done.stdout  # the resolved OpenRLHF command
     assert "--rollout.n_samples_per_prompt 4" in done.stdout
+
+
+def test_verl_launcher_and_plugin_entry_point_from_an_install(installed):
+    """``gigpo-verl --dry-run`` runs without verl installed; the wheel declares the plugin in
+    verl's entry-point group, naming a module the wheel holds (docs/verl.md)."""
+    done = _run(
+        [str(installed["venv"] / "bin" / "gigpo-verl"), "--dry-run",
+         "--env", "gigpo/NumberLine-v0", "--group_size", "4"],
+        cwd=installed["cwd"],
+    )  # fmt: skip
+    assert "verl.trainer.main_ppo" in done.stdout
+    assert "actor_rollout_ref.rollout.n=4" in done.stdout.split()
+    done = _run(
+        [str(installed["python"]), "-c",
+         "import importlib.metadata as m, importlib.util as u; "
+         "(e,) = m.entry_points(group='verl.plugins', name='gigpo'); "
+         "print(e.value, u.find_spec(e.value).origin)"],
+        cwd=installed["cwd"],
+    )  # fmt: skip
+    value, origin = done.stdout.split()
+    assert value == "training.verl.plugin" and "site-packages" in origin
 
 
 def test_console_scripts_and_top_level_modules(installed):

@@ -60,7 +60,7 @@ TOP_ALLOWED = {
 #: above. "training" is the shared modules at its top (records, settings, advantages, ...).
 TRAINING_LAYERS = (
     ("training",),
-    ("training.local", "training.openrlhf"),
+    ("training.local", "training.openrlhf", "training.verl"),
     ("training.viewer", "training.evaluation", "training.study"),
     ("training.cli",),
 )
@@ -198,7 +198,9 @@ def test_the_checks_above_can_fail(tmp_path):
     ]
 
 
-@pytest.mark.parametrize("folder", ["local", "openrlhf", "cli", "viewer", "evaluation", "study"])
+@pytest.mark.parametrize(
+    "folder", ["local", "openrlhf", "verl", "cli", "viewer", "evaluation", "study"]
+)
 def test_each_package_docstring_names_its_modules(folder):
     """Each package says what it holds, module by module, and which module to read first
     (the packages made for the viewer, evaluation, the study and the command lines name

@@ -163,10 +163,13 @@ def _random_rows(seed: int, texts: bool) -> list[tuple]:
             for k in range(length):
                 nxt = int(rng.integers(0, 4))
                 last = k == length - 1
-                name = (lambda s: f"a kitchen, counter {s}, a mug") if texts else (lambda s: f"s{s}")
-                rows.append((f"g{g}", f"g{g}-t{t}", name(state),
-                             "success" if last and won else name(nxt),
-                             10.0 if last and won else 0.0, bool(rng.random() > 0.2), 3))  # fmt: skip
+                name = (
+                    (lambda s: f"a kitchen, counter {s}, a mug") if texts else (lambda s: f"s{s}")
+                )
+                reward = 10.0 if last and won else 0.0
+                following = "success" if last and won else name(nxt)
+                valid = bool(rng.random() > 0.2)
+                rows.append((f"g{g}", f"g{g}-t{t}", name(state), following, reward, valid, 3))
                 state = nxt
     return rows
 
@@ -221,12 +224,17 @@ def test_a_registered_estimator_without_the_step_columns_says_why():
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        (lambda d: d.non_tensor_batch.pop("traj_uid"), "lacks the step columns .*traj_ids.*traj_uid"),
+        (
+            lambda d: d.non_tensor_batch.pop("traj_uid"),
+            "lacks the step columns .*traj_ids.*traj_uid",
+        ),
         (lambda d: d.non_tensor_batch["active_masks"].__setitem__(2, False), "active_masks"),
         (lambda d: d.non_tensor_batch["rewards"].__setitem__(0, "ten"), "row 0 must be a number"),
         (lambda d: d.batch["token_level_rewards"].__setitem__((1, 0), 7.0), "row 1: token_level"),
-        (lambda d: d.non_tensor_batch.__setitem__("traj_ids", d.non_tensor_batch["traj_uid"]),
-         "both 'traj_ids' and its alias 'traj_uid'"),
+        (
+            lambda d: d.non_tensor_batch.__setitem__("traj_ids", d.non_tensor_batch["traj_uid"]),
+            "both 'traj_ids' and its alias 'traj_uid'",
+        ),
         (lambda d: d.non_tensor_batch["is_action_valid"].__setitem__(3, "yes"), "must be a bool"),
     ],
 )

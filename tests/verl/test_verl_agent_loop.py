@@ -81,7 +81,9 @@ class QueueStandIn:
             stored = self.rows.setdefault(key, {})
             for name in row.keys():
                 value = row[name]
-                stored[name] = value.data if hasattr(value, "data") and not torch.is_tensor(value) else value
+                stored[name] = (
+                    value.data if hasattr(value, "data") and not torch.is_tensor(value) else value
+                )
 
     def kv_batch_get(self, keys, partition_id, select_fields):
         from verl.utils.tensordict_utils import list_of_dict_to_tensordict
@@ -179,8 +181,13 @@ def test_fifty_step_alfworld_episodes_give_one_output_per_step(verl_config, toke
 
     task = _alfworld_task(tmp_path)
     server = ScriptedServer(tokenizer, ALFWORLD_SCRIPT, seed=1)
-    episodes = asyncio.run(play(lambda: make_loop(verl_config, tokenizer, server),
-                                [task, Task(**{**vars(task), "seed": 1})], group_size=4))
+    episodes = asyncio.run(
+        play(
+            lambda: make_loop(verl_config, tokenizer, server),
+            [task, Task(**{**vars(task), "seed": 1})],
+            group_size=4,
+        )
+    )
     assert len(episodes) == 8 and server.most_in_flight >= 4  # concurrently, not in turn
     for (uid, session), outputs in episodes.items():
         assert len(outputs) == 50  # never won: every one of the 50 steps is a row
@@ -198,8 +205,13 @@ def test_sokoban_and_webshop_episodes(verl_config, tokenizer, env_id, kwargs, sc
     task = Task(env_id=env_id, seed=3, env_kwargs=kwargs, history_length=2, max_new_tokens=16,
                 env_workers=0)  # fmt: skip
     server = ScriptedServer(tokenizer, script, seed=2)
-    episodes = asyncio.run(play(lambda: make_loop(verl_config, tokenizer, server,
-                                                  prompt_length=4096), [task], group_size=6))
+    episodes = asyncio.run(
+        play(
+            lambda: make_loop(verl_config, tokenizer, server, prompt_length=4096),
+            [task],
+            group_size=6,
+        )
+    )
     for outputs in episodes.values():
         assert 1 <= len(outputs) <= kwargs["max_steps"]
         check_episode(outputs, tokenizer, task, script)
@@ -214,8 +226,13 @@ def test_a_prompt_over_the_cap_is_an_error_not_a_cut(verl_config, tokenizer, tmp
                 env_workers=0)  # fmt: skip
     server = ScriptedServer(tokenizer, SOKOBAN_SCRIPT)
     with pytest.raises(PromptTooLongError, match="over data.max_prompt_length"):
-        asyncio.run(play(lambda: make_loop(verl_config, tokenizer, server, prompt_length=40),
-                         [task], group_size=1))
+        asyncio.run(
+            play(
+                lambda: make_loop(verl_config, tokenizer, server, prompt_length=40),
+                [task],
+                group_size=1,
+            )
+        )
 
 
 def test_a_row_without_a_task_label_is_refused(verl_config, tokenizer):
@@ -246,8 +263,8 @@ def _postprocess(outputs_by_session: dict, queue: QueueStandIn) -> list[str]:
         setattr(worker, name, getattr(AgentLoopWorker, name).__get__(worker))
     keys: list[str] = []
     for (uid, session), outputs in outputs_by_session.items():
-        asyncio.run(worker_cls._agent_loop_postprocess(worker, outputs, False, uid=uid,
-                                                       session_id=session, global_steps=1))  # fmt: skip
+        post = worker_cls._agent_loop_postprocess
+        asyncio.run(post(worker, outputs, False, uid=uid, session_id=session, global_steps=1))
         keys += [f"{uid}_{session}_{i}" for i in range(len(outputs))]
     return keys
 
@@ -269,8 +286,13 @@ def test_verls_v1_advantage_step_trains_every_step_with_its_own_advantage(
     task = Task(env_id="gigpo/Sokoban-v0", seed=5, env_kwargs={"max_steps": 10},
                 history_length=2, max_new_tokens=16, env_workers=0)  # fmt: skip
     server = ScriptedServer(tokenizer, SOKOBAN_SCRIPT, seed=4)
-    episodes = asyncio.run(play(lambda: make_loop(verl_config, tokenizer, server),
-                                [task, Task(**{**vars(task), "seed": 6})], group_size=4))
+    episodes = asyncio.run(
+        play(
+            lambda: make_loop(verl_config, tokenizer, server),
+            [task, Task(**{**vars(task), "seed": 6})],
+            group_size=4,
+        )
+    )
     queue = QueueStandIn()
     monkeypatch.setattr(agent_loop_tq, "tq", queue)
     monkeypatch.setattr(trainer_base, "tq", queue)

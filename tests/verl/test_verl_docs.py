@@ -1,0 +1,44 @@
+"""docs/verl.md's commands and example, run from the page: each of the paper's runs dry-runs
+and resolves to what the page says it is; the README's fourth way names the launcher."""
+
+from __future__ import annotations
+
+import shlex
+
+import pytest
+from doc_blocks import code_blocks, section_text
+
+from training.verl import launch
+
+RUNS = code_blocks("docs/verl.md", "The paper's runs", language="bash")
+#: What each run's verl command must hold (the page's words, checked on the real output).
+EXPECTED = [
+    ["data.max_prompt_length=2048", "actor_rollout_ref.rollout.n=8", "data.train_batch_size=16",
+     "+algorithm.gigpo.mode=mean_std_norm", "+algorithm.gigpo.invalid_penalty=0.1"],
+    ["data.max_prompt_length=4096", "+algorithm.gigpo.mode=mean_norm",
+     "actor_rollout_ref.actor.ppo_mini_batch_size=64"],
+    ["actor_rollout_ref.rollout.n=5", "data.train_batch_size=256",
+     "actor_rollout_ref.model.path=Qwen/Qwen2.5-7B-Instruct",
+     "+algorithm.gigpo.enable_similarity=true", "+algorithm.gigpo.similarity_thresh=0.9"],
+]  # fmt: skip
+
+
+def test_the_page_has_the_three_runs():
+    assert len(RUNS) == len(EXPECTED) == 3
+
+
+@pytest.mark.parametrize("index", range(3))
+def test_each_papers_run_dry_runs_as_documented(index, capsys):
+    words = shlex.split(RUNS[index].replace("\\\n", " "))
+    assert words[:2] == ["gigpo-verl", "--dry-run"]
+    assert launch.main(words[1:]) == 0
+    out = capsys.readouterr().out
+    command = out.split("# verl:\n", 1)[1].split()
+    for part in EXPECTED[index]:
+        assert part in command, part
+    assert "actor_rollout_ref.rollout.agent.default_agent_loop=gigpo" in command
+
+
+def test_the_readme_names_the_fourth_way():
+    readme = section_text("README.md", "Four ways to use it")
+    assert "gigpo-verl" in readme and "docs/verl.md" in readme
