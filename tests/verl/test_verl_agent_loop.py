@@ -172,22 +172,27 @@ def _alfworld_task(tmp_path: Path) -> Task:
 
     games = tmp_path / "games"
     generate_games(games, num_games=2, seed=8)
+    # Its envs in two worker processes (training.env_tasks.open_task_env), as ALFWorld runs.
     return Task(env_id="gigpo/ALFWorld-v0", seed=0, history_length=2, max_new_tokens=16,
-                env_kwargs={"data_dir": str(games), "max_steps": 50}, env_workers=0)  # fmt: skip
+                env_kwargs={"data_dir": str(games), "max_steps": 50}, env_workers=2)  # fmt: skip
 
 
 def test_fifty_step_alfworld_episodes_give_one_output_per_step(verl_config, tokenizer, tmp_path):
-    from gigpo_envs.alfworld.generate import generate_games  # noqa: F401  (alfworld is here)
+    from training.env_tasks import close_env_pool, current_env_pool
 
     task = _alfworld_task(tmp_path)
     server = ScriptedServer(tokenizer, ALFWORLD_SCRIPT, seed=1)
-    episodes = asyncio.run(
-        play(
-            lambda: make_loop(verl_config, tokenizer, server),
-            [task, Task(**{**vars(task), "seed": 1})],
-            group_size=4,
+    try:
+        episodes = asyncio.run(
+            play(
+                lambda: make_loop(verl_config, tokenizer, server),
+                [task, Task(**{**vars(task), "seed": 1})],
+                group_size=4,
+            )
         )
-    )
+        assert current_env_pool() is not None  # the envs ran in worker processes
+    finally:
+        close_env_pool()
     assert len(episodes) == 8 and server.most_in_flight >= 4  # concurrently, not in turn
     for (uid, session), outputs in episodes.items():
         assert len(outputs) == 50  # never won: every one of the 50 steps is a row

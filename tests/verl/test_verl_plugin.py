@@ -118,6 +118,7 @@ def test_dry_run_prints_verls_command_with_our_agent_loop_and_estimator(capsys, 
         (["--colour", "red"], "unknown flag --colour"),
         (["algorithm.use_kl_in_reward=True"], "use_kl_loss"),
         (["oops"], "neither one of our flags nor a Hydra override"),
+        (["algorithm.gigpo.mode.x=1"], "settings are algorithm.gigpo.<name>"),
     ],
 )  # fmt: skip
 def test_dry_run_refuses_with_exit_2_naming_the_argument(capsys, args, message):

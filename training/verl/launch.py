@@ -183,6 +183,8 @@ def resolve(ours: dict[str, Any], overrides: dict[str, str]) -> tuple[dict[str, 
     }
     for key, value in resolved.items():
         parts = key.split(".")
+        if len(parts) > 3 and parts[0] == "algorithm" and parts[1] in VERL_ESTIMATORS:
+            raise UsageError(f"{key}: the estimator's settings are algorithm.{parts[1]}.<name>")
         if len(parts) == 3 and parts[0] == "algorithm" and parts[1] in VERL_ESTIMATORS:
             if parts[1] != estimator:
                 raise UsageError(f"{key} is a setting of {parts[1]}, the estimator is {estimator}")
