@@ -257,6 +257,11 @@ def test_malformed_batches_are_named(change, message):
         ({"adv_estimator": "hgpo", "hgpo": {"weight_type": "uniform"}}, "weight_type"),
         ({"adv_estimator": "gigpo", "gigpo": {"base_group": True}}, "is not used by"),
         ({"adv_estimator": "graphgpo", "gamma": "high"}, "algorithm.gamma must be a number"),
+        ({"adv_estimator": "gigpo", "gigpo": {"gamma": 0.9}}, "the discount is algorithm.gamma"),
+        ({"adv_estimator": "gigpo", "gigpo": {"mode": ["mean_norm"]}}, "gigpo.mode must be"),
+        ({"adv_estimator": "gigpo", "gigpo": {"invalid_penalty": -1}}, "invalid_penalty"),
+        ({"adv_estimator": "hgpo", "hgpo": {"history_length": 5000}}, "history_length"),
+        ({"adv_estimator": "gigpo", "gigpo": [1, 2]}, "algorithm.gigpo must be a mapping"),
     ],
 )  # fmt: skip
 def test_bad_settings_name_the_dotted_key(algorithm, message):

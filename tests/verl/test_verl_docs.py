@@ -4,6 +4,7 @@ and resolves to what the page says it is; the README's fourth way names the laun
 from __future__ import annotations
 
 import shlex
+from pathlib import Path
 
 import pytest
 from doc_blocks import code_blocks, section_text
@@ -42,3 +43,50 @@ def test_each_papers_run_dry_runs_as_documented(index, capsys):
 def test_the_readme_names_the_fourth_way():
     readme = section_text("README.md", "Four ways to use it")
     assert "gigpo-verl" in readme and "docs/verl.md" in readme
+
+
+@pytest.mark.parametrize("index", range(3))
+def test_each_run_composes_in_verls_own_hydra_config(index, capsys):
+    """The resolved overrides are keys verl 0.9.1's ``ppo_trainer`` config has (or, ``+``,
+    the estimators' subsections), composed by Hydra as ``main_ppo`` composes them."""
+    from hydra import compose, initialize_config_dir
+    from verl.trainer import main_ppo
+
+    words = shlex.split(RUNS[index].replace("\\\n", " "))
+    assert launch.main(words[1:]) == 0
+    command = shlex.split(capsys.readouterr().out.split("# verl:\n", 1)[1])
+    overrides = command[command.index("verl.trainer.main_ppo") + 1 :]
+    folder = str(Path(main_ppo.__file__).parent / "config")
+    with initialize_config_dir(config_dir=folder, version_base=None):
+        config = compose(config_name="ppo_trainer", overrides=overrides)
+    assert config.actor_rollout_ref.rollout.agent.default_agent_loop == "gigpo"
+    assert config.algorithm.adv_estimator == "gigpo"
+    given = dict(word.lstrip("+").split("=", 1) for word in overrides)
+    assert str(config.actor_rollout_ref.rollout.n) == given["actor_rollout_ref.rollout.n"]
+    assert str(config.algorithm.gigpo.mode) == given["algorithm.gigpo.mode"]
+    assert config.data.max_prompt_length == int(given["data.max_prompt_length"])
+
+
+@pytest.mark.parametrize(
+    "args",
+    [[], ["algorithm.adv_estimator=hgpo", "algorithm.hgpo.base_group=true"],
+     ["algorithm.adv_estimator=graphgpo", "algorithm.graphgpo.episode_advantage_w=0.5"],
+     ["algorithm.adv_estimator=grpo"]],
+)  # fmt: skip
+def test_the_launchers_defaults_compose_for_every_estimator(args, capsys):
+    from hydra import compose, initialize_config_dir
+    from verl.trainer import main_ppo
+
+    assert launch.main(["--dry-run", *args]) == 0
+    command = shlex.split(capsys.readouterr().out.split("# verl:\n", 1)[1])
+    overrides = command[command.index("verl.trainer.main_ppo") + 1 :]
+    folder = str(Path(main_ppo.__file__).parent / "config")
+    with initialize_config_dir(config_dir=folder, version_base=None):
+        config = compose(config_name="ppo_trainer", overrides=overrides)
+    estimator = config.algorithm.adv_estimator
+    assert estimator == (args[0].split("=")[1] if args else "gigpo")
+    if estimator == "hgpo":
+        assert config.algorithm.hgpo.base_group is True and config.algorithm.gamma == 0.95
+        assert config.algorithm.hgpo.history_length == 2  # the prompt's window, --history_length
+    if estimator == "graphgpo":
+        assert config.algorithm.gamma == 0.1

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -125,7 +126,7 @@ def test_dry_run_refuses_with_exit_2_naming_the_argument(capsys, args, message):
     code, _, err = _dry_run(capsys, *args)
     assert code == 2
     assert err.startswith("gigpo-verl: error: ")
-    assert __import__("re").search(message, err), err
+    assert re.search(message, err), err
 
 
 def test_verls_own_estimator_passes_through_unread(capsys):

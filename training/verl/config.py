@@ -103,13 +103,15 @@ def algorithm_settings(algorithm: Any) -> EstimatorSettings:
     for key in _keys(sub):
         if key in extra:
             continue
+        if key == "gamma":
+            raise ValueError(f"{prefix}gamma: the discount is algorithm.gamma (verl's own key)")
         if key in known:
             name, value = key, sub[key]
         elif key in aliases:
             name, value_map = aliases[key]
             value = sub[key]
             if value_map is not None:
-                if value not in value_map:
+                if not isinstance(value, str) or value not in value_map:
                     raise ValueError(
                         f"{prefix}{key} must be one of {sorted(value_map)}, got {value!r}"
                     )
