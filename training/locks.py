@@ -48,6 +48,7 @@ KINDS = {
     "evaluate": "a held-out evaluation (gigpo-evaluate)",
     "suite": "a suite run (gigpo-evaluate --suite)",
     "openrlhf": "an OpenRLHF run's tasks and rollouts (gigpo-openrlhf)",
+    "verl": "a verl run's task datasets (gigpo-verl)",
 }
 #: The most bytes read from a lock or kind file (both hold one short JSON object).
 MAX_RECORD_BYTES = 4096
@@ -234,6 +235,8 @@ def inferred_kind(folder: Path) -> str | None:
         return "evaluate"
     if has("tasks.jsonl"):
         return "openrlhf"
+    if has("train.parquet", "val.parquet"):
+        return "verl"
     return None
 
 

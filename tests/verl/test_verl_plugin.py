@@ -150,3 +150,24 @@ def test_the_datasets_carry_one_task_per_row(tmp_path):
     task = parse_task(val["extra_info"][0]["gigpo_task"])
     assert task.seed >= 1_000_000 and task.history_length == 3 and task.layout == "step"
     assert set(train["agent_name"]) == {"gigpo"}
+
+
+def test_a_run_writes_its_datasets_under_the_folders_lock(tmp_path, monkeypatch, capsys):
+    """Without --dry-run: the datasets are written, verl's command runs (here ``true`` stands
+    in for the interpreter), and the folder is held meanwhile: a second launch into a held
+    folder, or into another kind of folder, is refused with exit 2."""
+    from training.locks import hold_folder
+
+    monkeypatch.setenv("PYTHON", "true")
+    folder = tmp_path / "data"
+    assert launch.main(["--dataset_dir", str(folder), "--env.num_tasks", "3"]) == 0
+    assert (folder / "train.parquet").exists() and (folder / "val.parquet").exists()
+    with hold_folder(folder, "verl", "another gigpo-verl", "--dataset_dir"):
+        assert launch.main(["--dataset_dir", str(folder)]) == 2
+    assert "another gigpo-verl" in capsys.readouterr().err
+    run = tmp_path / "run"
+    with hold_folder(run, "train", "gigpo-train"):
+        pass
+    assert launch.main(["--dataset_dir", str(run)]) == 2
+    assert "training run" in capsys.readouterr().err
+    assert launch.main(["--dataset_dir", str(folder), "--env.num_tasks", "2"]) == 0  # released

@@ -9,7 +9,9 @@ estimator's settings as ``algorithm.gigpo.step_advantage_w=1.0``: verl-agent's n
 ``extra_info.gigpo_task``) into ``--dataset_dir`` and runs ``python -m verl.trainer.main_ppo``
 with the resolved overrides: our agent loop, the step rows' estimator, and the defaults of
 :func:`defaults` that the user did not override. ``--dry-run`` prints the settings and the
-full verl command and starts nothing, writes nothing.
+full verl command and starts nothing, writes nothing. A run holds ``--dataset_dir``
+(:func:`training.locks.hold_folder`, kind ``verl``) while verl runs: a second launch into it
+is refused, naming the holder.
 
 An estimator neither gigpo_algo (through the plugin) nor verl 0.9.1 knows, a setting the
 estimator does not read, or a malformed flag is refused with exit 2 before anything starts.
@@ -272,8 +274,18 @@ def main(argv: list[str] | None = None) -> int:
     print(shlex.join(cmd), flush=True)
     if dry_run:
         return 0
-    write_datasets(ours)
-    return subprocess.call(cmd)
+    from training.locks import FolderLockError, hold_folder
+
+    try:  # one writer per folder: a second launch into it is refused, naming the holder
+        lock = hold_folder(ours["--dataset_dir"], "verl", "gigpo-verl", "--dataset_dir")
+    except FolderLockError as exc:
+        print(f"gigpo-verl: error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        write_datasets(ours)
+        return subprocess.call(cmd)  # the lock's file is not inherited (O_CLOEXEC)
+    finally:
+        lock.release()
 
 
 if __name__ == "__main__":
