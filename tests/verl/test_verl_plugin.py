@@ -115,6 +115,7 @@ def test_dry_run_prints_verls_command_with_our_agent_loop_and_estimator(capsys, 
          "a setting of gigpo, the estimator is hgpo"),
         (["--env", "gigpo/Nope-v0"], "--env must be one of"),
         (["--group_size", "many"], "--group_size must be an int"),
+        (["--env.num_tasks", "1000000000"], r"--env.num_tasks must be in \[1, 1000000\]"),
         (["--env.kwargs", "[1]"], "--env.kwargs must be a JSON object"),
         (["--colour", "red"], "unknown flag --colour"),
         (["algorithm.use_kl_in_reward=True"], "use_kl_loss"),
@@ -171,3 +172,10 @@ def test_a_run_writes_its_datasets_under_the_folders_lock(tmp_path, monkeypatch,
     assert launch.main(["--dataset_dir", str(run)]) == 2
     assert "training run" in capsys.readouterr().err
     assert launch.main(["--dataset_dir", str(folder), "--env.num_tasks", "2"]) == 0  # released
+
+
+def test_a_run_without_verl_installed_names_the_extra(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(launch.importlib.util, "find_spec", lambda name: None)
+    assert launch.main(["--dataset_dir", str(tmp_path / "d")]) == 2
+    assert "pip install 'gigpo[verl]'" in capsys.readouterr().err
+    assert not (tmp_path / "d").exists()

@@ -19,6 +19,7 @@ estimator does not read, or a malformed flag is refused with exit 2 before anyth
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shlex
@@ -60,6 +61,11 @@ SMALL_GAMES_PROMPT = 1024
 #: The estimators' discount when ``algorithm.gamma`` is not given (verl's own default is
 #: 1.0; verl-agent's GiGPO and HGPO scripts set 0.95, GraphGPO's ALFWorld script 0.1).
 DEFAULT_GAMMA = {"gigpo": 0.95, "hgpo": 0.95, "graphgpo": 0.1}
+
+
+#: The most tasks (and of any other count flag) a launch takes: a dataset row is a task, and
+#: Search-R1's training set, the largest here, has 169,615 questions.
+MAX_COUNT = 1_000_000
 
 
 class UsageError(ValueError):
@@ -137,8 +143,8 @@ def parse(argv: list[str]) -> tuple[dict[str, Any], dict[str, str], bool]:
         except (TypeError, ValueError):
             raise UsageError(f"{name} must be an int, got {value!r}") from None
         low = 0 if name in ("--history_length", "--env.workers") else 1
-        if not low <= ours[name] <= 10_000_000:
-            raise UsageError(f"{name} must be in [{low}, 10000000], got {ours[name]}")
+        if not low <= ours[name] <= MAX_COUNT:
+            raise UsageError(f"{name} must be in [{low}, {MAX_COUNT}], got {ours[name]}")
     try:
         kwargs = json.loads(ours["--env.kwargs"]) if isinstance(ours["--env.kwargs"], str) else {}
     except json.JSONDecodeError as exc:
@@ -274,6 +280,10 @@ def main(argv: list[str] | None = None) -> int:
     print(shlex.join(cmd), flush=True)
     if dry_run:
         return 0
+    if importlib.util.find_spec("verl") is None:
+        print("gigpo-verl: error: verl is not installed: pip install 'gigpo[verl]'",
+              file=sys.stderr)  # fmt: skip
+        return 2
     from training.locks import FolderLockError, hold_folder
 
     try:  # one writer per folder: a second launch into it is refused, naming the holder
