@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import json
 import random
 from pathlib import Path
 from types import SimpleNamespace
@@ -313,7 +312,8 @@ def test_verls_v1_advantage_step_trains_every_step_with_its_own_advantage(
     from transfer_queue import KVBatchMeta
 
     batch = KVBatchMeta(keys=keys, partition_id="train", tags=[{} for _ in keys])
-    trainer_base.PPOTrainer._compute_advantage(trainer, batch, {})
+    metrics: dict[str, float] = {}
+    trainer_base.PPOTrainer._compute_advantage(trainer, batch, metrics)
     records = StepRecords()
     for key in keys:
         extra = queue.rows[key]["extra_fields"]
@@ -329,4 +329,14 @@ def test_verls_v1_advantage_step_trains_every_step_with_its_own_advantage(
         assert row.shape == mask.shape
         assert torch.allclose(row, torch.full_like(row, float(value)) * mask, atol=1e-5), key
     assert len(set(np.round(expected, 6))) > 2  # steps differ: not one episode broadcast
-    json.dumps([float(v) for v in expected])  # plain numbers
+    # The batch's metrics, beside verl's: the step groups and the episodes, as the records say.
+    from training.advantages import step_groups
+    from training.stats import step_group_summary
+
+    summary = step_group_summary(step_groups(records, algorithm_settings(algorithm)))
+    assert metrics["gigpo/step_group_coverage"] == pytest.approx(summary["step_group_coverage"])
+    assert metrics["gigpo/step_group_mean_size"] == pytest.approx(summary["step_group_mean_size"])
+    assert metrics["gigpo/episodes"] == 8 and metrics["gigpo/step_rows"] == len(keys)
+    invalid = 1 - np.mean(records.is_action_valid)
+    assert metrics["gigpo/invalid_actions"] == pytest.approx(invalid) and 0 < invalid < 1
+    assert 0 < metrics["gigpo/step_group_coverage"] <= 1

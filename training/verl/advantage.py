@@ -26,8 +26,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from training.advantages import critic_free_advantages
+from training.advantages import critic_free_advantages, step_groups
 from training.settings import EstimatorSettings
+from training.stats import step_group_summary
 from training.verl.columns import batch_records
 from training.verl.config import algorithm_settings
 
@@ -78,12 +79,16 @@ def token_penalty(token_sums: np.ndarray, records: Any, configured: float = 0.0)
 
 
 def row_advantages(
-    non_tensor_batch: Any, settings: EstimatorSettings, token_sums: np.ndarray | None = None
+    non_tensor_batch: Any,
+    settings: EstimatorSettings,
+    token_sums: np.ndarray | None = None,
+    report: dict[str, float] | None = None,
 ) -> np.ndarray:
     """float64 (N,): each batch row's advantage under ``settings``, in batch order.
 
     ``token_sums`` (each row's token rewards summed), when given, are checked against the
     episode scores and give the invalid-action penalty they hold (:func:`token_penalty`).
+    ``report``, when given, receives the batch's metrics (:func:`batch_metrics`).
     """
     records, order = batch_records(non_tensor_batch)
     if token_sums is not None:
@@ -91,10 +96,34 @@ def row_advantages(
         penalty = token_penalty(sums, records, settings.invalid_penalty)
         if penalty != settings.invalid_penalty:
             settings = dataclasses.replace(settings, invalid_penalty=penalty)
-    values = critic_free_advantages(records, settings).advantages
+    groups = step_groups(records, settings)  # once, for the estimator and the metrics
+    values = critic_free_advantages(records, settings, groups).advantages
+    if report is not None:
+        report.update(batch_metrics(records, groups))
     out = np.empty_like(values)
     out[order] = values
     return out
+
+
+def batch_metrics(records: Any, groups: np.ndarray) -> dict[str, float]:
+    """What the local trainer and the OpenRLHF glue report of a batch of step rows, named
+    ``gigpo/...`` in verl's metrics: the step groups' coverage and mean size
+    (:func:`training.stats.step_group_summary`), the step rows, the episodes, their mean
+    steps, the share won (the env's ``won`` on any row) and the share of invalid actions."""
+    summary = step_group_summary(groups)
+    episodes = {(g, t) for g, t in zip(records.group_ids, records.traj_ids, strict=True)}
+    won = {(g, t) for g, t, w in zip(records.group_ids, records.traj_ids, records.won,
+                                     strict=False) if w}  # fmt: skip
+    rows = len(records)
+    return {
+        "gigpo/step_group_coverage": float(summary["step_group_coverage"]),
+        "gigpo/step_group_mean_size": float(summary["step_group_mean_size"]),
+        "gigpo/step_rows": float(rows),
+        "gigpo/episodes": float(len(episodes)),
+        "gigpo/steps_per_episode": rows / max(1, len(episodes)),
+        "gigpo/won": len(won) / max(1, len(episodes)),
+        "gigpo/invalid_actions": 1.0 - float(np.mean(records.is_action_valid)) if rows else 0.0,
+    }
 
 
 def on_tokens(values: np.ndarray, response_mask: torch.Tensor) -> torch.Tensor:
@@ -147,7 +176,8 @@ def make_estimator(name: str) -> Any:
     index, non_tensor_batch, **kwargs) -> (advantages, returns)``, float32 (N, L).
 
     verl's ``compute_advantage`` passes ``non_tensor_batch`` to it once the plugin's patch is
-    in (:mod:`training.verl.plugin`); without the step columns it raises.
+    in (:mod:`training.verl.plugin`), and ``report``, a dict for the batch's metrics, inside the
+    v1 trainer's advantage step; without the step columns it raises.
     """
 
     def estimator(
@@ -156,6 +186,7 @@ def make_estimator(name: str) -> Any:
         config: Any = None,
         index: Any = None,
         non_tensor_batch: Any = None,
+        report: dict[str, float] | None = None,
         **kwargs: Any,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         if non_tensor_batch is None:
@@ -166,7 +197,7 @@ def make_estimator(name: str) -> Any:
             )
         settings = algorithm_settings(_with_estimator(config, name))
         sums = token_level_rewards.to(torch.float64).sum(-1).cpu().numpy()
-        values = row_advantages(non_tensor_batch, settings, sums)
+        values = row_advantages(non_tensor_batch, settings, sums, report)
         advantages = on_tokens(values, response_mask)
         return advantages, advantages.clone()
 

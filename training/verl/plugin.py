@@ -114,13 +114,15 @@ def wrap_compute_advantage(original: Callable) -> Callable:
         if "response_mask" not in data.batch.keys():
             length = data.batch["responses"].shape[-1]  # as verl's compute_response_mask
             data.batch["response_mask"] = data.batch["attention_mask"][:, -length:]
-        columns = {**step_columns_for(len(data)), **data.non_tensor_batch}
+        held, report = step_columns_for(len(data))
+        columns = {**held, **data.non_tensor_batch}
         advantages, returns = core_algos.get_adv_estimator_fn(name)(
             token_level_rewards=data.batch["token_level_rewards"],
             response_mask=data.batch["response_mask"],
             config=bound.arguments.get("config"),
             index=data.non_tensor_batch.get("uid"),
             non_tensor_batch=columns,
+            report=report,
         )
         data.batch["advantages"] = advantages
         data.batch["returns"] = returns

@@ -26,10 +26,10 @@ import numpy as np
 
 from training.verl.config import VERL_ESTIMATORS, section_get
 
-#: The step columns of the batch whose advantage step is running: (rows, columns).
-_STEP_COLUMNS: contextvars.ContextVar[tuple[int, dict[str, np.ndarray]] | None] = (
-    contextvars.ContextVar("gigpo_step_columns", default=None)
-)
+#: The batch whose advantage step is running: (rows, its step columns, its metrics).
+_STEP_COLUMNS: contextvars.ContextVar[
+    tuple[int, dict[str, np.ndarray], dict[str, float]] | None
+] = contextvars.ContextVar("gigpo_step_columns", default=None)
 #: The agent loop's ``extra_fields`` that are step columns (:mod:`training.verl.columns`).
 STEP_FIELDS = (
     "traj_ids", "step", "rewards", "anchors", "anchor_texts", "next_anchors",
@@ -60,13 +60,14 @@ def step_columns(extra_fields: list[Any]) -> dict[str, np.ndarray]:
     return columns
 
 
-def step_columns_for(rows: int) -> dict[str, np.ndarray]:
-    """The step columns held by the running advantage step, if it is one of ``rows`` rows;
-    else none (a batch that carries its columns itself, as verl-agent's does)."""
+def step_columns_for(rows: int) -> tuple[dict[str, np.ndarray], dict[str, float] | None]:
+    """The step columns held by the running advantage step and the dict for its metrics, if
+    it is one of ``rows`` rows; else none and None (a batch that carries its columns itself,
+    as verl-agent's does, outside the v1 trainer)."""
     held = _STEP_COLUMNS.get()
     if held is None or held[0] != rows:
-        return {}
-    return held[1]
+        return {}, None
+    return held[1], held[2]
 
 
 def wrap_compute_advantage_step(original: Any) -> Any:
@@ -85,10 +86,13 @@ def wrap_compute_advantage_step(original: Any) -> Any:
         )
         extra = data["extra_fields"]
         columns = step_columns(extra.tolist() if hasattr(extra, "tolist") else list(extra))
-        token = _STEP_COLUMNS.set((len(batch.keys), columns))
+        report: dict[str, float] = {}
+        token = _STEP_COLUMNS.set((len(batch.keys), columns, report))
         try:
-            return original(self, batch, metrics)
+            out = original(self, batch, metrics)
         finally:
             _STEP_COLUMNS.reset(token)
+        metrics.update(report)  # gigpo/step_group_coverage, ... (advantage.batch_metrics)
+        return out
 
     return _compute_advantage
