@@ -30,7 +30,7 @@ from training.advantages import critic_free_advantages, step_groups
 from training.settings import EstimatorSettings
 from training.stats import step_group_summary
 from training.verl.columns import batch_records
-from training.verl.config import algorithm_settings
+from training.verl.config import algorithm_settings, section_get
 
 #: How far (relative to max(1, |score|)) a row's token rewards may be from its score: they
 #: are float32 in verl.
@@ -132,7 +132,9 @@ def on_tokens(values: np.ndarray, response_mask: torch.Tensor) -> torch.Tensor:
     return torch.as_tensor(values, dtype=torch.float32, device=mask.device).unsqueeze(-1) * mask
 
 
-def _response_mask(batch: Any) -> torch.Tensor:
+def response_mask_of(batch: Any) -> torch.Tensor:
+    """The batch's ``response_mask``, or verl's own rule for it where absent: the attention
+    mask's last ``responses`` columns."""
     if "response_mask" in batch.keys():
         return batch["response_mask"]
     if "responses" in batch.keys() and "attention_mask" in batch.keys():
@@ -159,7 +161,7 @@ def compute_advantage(data: Any, algorithm: Any) -> Any:
         ValueError: a setting, a column or a reward that the estimator cannot read, named.
     """
     settings = algorithm_settings(algorithm)
-    mask = _response_mask(data.batch)
+    mask = response_mask_of(data.batch)
     if "token_level_rewards" not in data.batch.keys():
         raise ValueError("the batch has no token_level_rewards (each row's episode reward)")
     sums = data.batch["token_level_rewards"].to(torch.float64).sum(-1).cpu().numpy()
@@ -208,8 +210,6 @@ def make_estimator(name: str) -> Any:
 def _with_estimator(config: Any, name: str) -> Any:
     """The algorithm section with ``adv_estimator`` set to ``name`` (a section without one,
     or None, reads as ``{"adv_estimator": name}``)."""
-    from training.verl.config import section_get
-
     if config is None:
         return {"adv_estimator": name}
     given = section_get(config, "adv_estimator")

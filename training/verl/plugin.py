@@ -109,11 +109,10 @@ def wrap_compute_advantage(original: Callable) -> Callable:
         bound = inspect.signature(original).bind(data, adv_estimator, *args, **kwargs)
         from verl.trainer.ppo import core_algos
 
+        from training.verl.advantage import response_mask_of
         from training.verl.trainer import step_columns_for
 
-        if "response_mask" not in data.batch.keys():
-            length = data.batch["responses"].shape[-1]  # as verl's compute_response_mask
-            data.batch["response_mask"] = data.batch["attention_mask"][:, -length:]
+        data.batch["response_mask"] = response_mask_of(data.batch)
         held, report = step_columns_for(len(data))
         columns = {**held, **data.non_tensor_batch}
         advantages, returns = core_algos.get_adv_estimator_fn(name)(
