@@ -45,20 +45,26 @@ def test_the_readme_names_the_fourth_way():
     assert "gigpo-verl" in readme and "docs/verl.md" in readme
 
 
-@pytest.mark.parametrize("index", range(3))
-def test_each_run_composes_in_verls_own_hydra_config(index, capsys):
-    """The resolved overrides are keys verl 0.9.1's ``ppo_trainer`` config has (or, ``+``,
-    the estimators' subsections), composed by Hydra as ``main_ppo`` composes them."""
+def _composed(args: list[str], capsys) -> tuple[object, list[str]]:
+    """``gigpo-verl args`` (a dry run), its resolved overrides composed by Hydra in verl
+    0.9.1's own ``ppo_trainer`` config as ``main_ppo`` composes them: (config, overrides)."""
     from hydra import compose, initialize_config_dir
     from verl.trainer import main_ppo
 
-    words = shlex.split(RUNS[index].replace("\\\n", " "))
-    assert launch.main(words[1:]) == 0
+    assert launch.main(args) == 0
     command = shlex.split(capsys.readouterr().out.split("# verl:\n", 1)[1])
     overrides = command[command.index("verl.trainer.main_ppo") + 1 :]
     folder = str(Path(main_ppo.__file__).parent / "config")
     with initialize_config_dir(config_dir=folder, version_base=None):
-        config = compose(config_name="ppo_trainer", overrides=overrides)
+        return compose(config_name="ppo_trainer", overrides=overrides), overrides
+
+
+@pytest.mark.parametrize("index", range(3))
+def test_each_run_composes_in_verls_own_hydra_config(index, capsys):
+    """The resolved overrides are keys verl's config has (or, ``+``, the estimators'
+    subsections)."""
+    words = shlex.split(RUNS[index].replace("\\\n", " "))
+    config, overrides = _composed(words[1:], capsys)
     assert config.actor_rollout_ref.rollout.agent.default_agent_loop == "gigpo"
     assert config.algorithm.adv_estimator == "gigpo"
     given = dict(word.lstrip("+").split("=", 1) for word in overrides)
@@ -74,15 +80,7 @@ def test_each_run_composes_in_verls_own_hydra_config(index, capsys):
      ["algorithm.adv_estimator=grpo"]],
 )  # fmt: skip
 def test_the_launchers_defaults_compose_for_every_estimator(args, capsys):
-    from hydra import compose, initialize_config_dir
-    from verl.trainer import main_ppo
-
-    assert launch.main(["--dry-run", *args]) == 0
-    command = shlex.split(capsys.readouterr().out.split("# verl:\n", 1)[1])
-    overrides = command[command.index("verl.trainer.main_ppo") + 1 :]
-    folder = str(Path(main_ppo.__file__).parent / "config")
-    with initialize_config_dir(config_dir=folder, version_base=None):
-        config = compose(config_name="ppo_trainer", overrides=overrides)
+    config, _ = _composed(["--dry-run", *args], capsys)
     estimator = config.algorithm.adv_estimator
     assert estimator == (args[0].split("=")[1] if args else "gigpo")
     if estimator == "hgpo":
