@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from gigpo_algo.advantages import episode_level
 from training.advantages import critic_free_advantages, step_groups
 from training.settings import EstimatorSettings
 from training.stats import step_group_summary
@@ -50,29 +51,27 @@ def token_penalty(token_sums: np.ndarray, records: Any, configured: float = 0.0)
         ValueError: a row whose token rewards are not its episode's reward sum (less one
             penalty on invalid rows, the same for every invalid row), naming the row.
     """
-    traj = [(g, t) for g, t in zip(records.group_ids, records.traj_ids, strict=True)]
-    sums: dict[Any, float] = {}
-    for key, reward in zip(traj, records.rewards, strict=True):
-        sums[key] = sums.get(key, 0.0) + reward
-    scores = np.array([sums[key] for key in traj])
+    # Each row's episode reward sum, made where every episode score is (no penalty here).
+    scores = episode_level(records.rewards, records.traj_ids, records.group_ids).scores
     gap = scores - np.asarray(token_sums, dtype=np.float64)
     tol = SCORE_TOLERANCE * np.maximum(1.0, np.abs(scores))
     invalid = ~np.asarray(records.is_action_valid, dtype=bool)
+    ok = np.abs(gap) <= tol
     found = configured
-    if configured == 0.0 and invalid.any():
-        candidates = gap[invalid & (np.abs(gap) > tol)]
+    if configured == 0.0:
+        candidates = gap[invalid & ~ok]
         found = float(candidates[0]) if len(candidates) else 0.0
-    for i in range(len(gap)):
-        allowed = (0.0, found) if invalid[i] else (0.0,)
-        if not any(abs(gap[i] - p) <= tol[i] for p in allowed):
-            raise ValueError(
-                f"row {i}: token_level_rewards sum to {token_sums[i]:.6g}, but its episode's "
-                f"rewards sum to {scores[i]:.6g}"
-                + (f" (less {found:.6g} for its invalid action)" if invalid[i] and found else "")
-                + ": the gigpo estimators read the episode score from the step rewards; a "
-                "reward changed outside them (a reward model, algorithm.use_kl_in_reward) is "
-                "not supported"
-            )
+    ok |= invalid & (np.abs(gap - found) <= tol)
+    if not ok.all():
+        i = int(np.flatnonzero(~ok)[0])
+        raise ValueError(
+            f"row {i}: token_level_rewards sum to {token_sums[i]:.6g}, but its episode's "
+            f"rewards sum to {scores[i]:.6g}"
+            + (f" (less {found:.6g} for its invalid action)" if invalid[i] and found else "")
+            + ": the gigpo estimators read the episode score from the step rewards; a "
+            "reward changed outside them (a reward model, algorithm.use_kl_in_reward) is "
+            "not supported"
+        )
     if found < 0:
         raise ValueError(f"the token rewards hold a negative invalid-action penalty {-found:.6g}")
     return found
@@ -109,7 +108,8 @@ def batch_metrics(records: Any, groups: np.ndarray) -> dict[str, float]:
     """What the local trainer and the OpenRLHF glue report of a batch of step rows, named
     ``gigpo/...`` in verl's metrics: the step groups' coverage and mean size
     (:func:`training.stats.step_group_summary`), the step rows, the episodes, their mean
-    steps, the share won (the env's ``won`` on any row) and the share of invalid actions."""
+    steps (``gigpo/episode_turns``, as the OpenRLHF glue names it), the share won (the env's
+    ``won`` on any row) and the share of invalid actions."""
     summary = step_group_summary(groups)
     episodes = {(g, t) for g, t in zip(records.group_ids, records.traj_ids, strict=True)}
     won = {(g, t) for g, t, w in zip(records.group_ids, records.traj_ids, records.won,
@@ -120,7 +120,7 @@ def batch_metrics(records: Any, groups: np.ndarray) -> dict[str, float]:
         "gigpo/step_group_mean_size": float(summary["step_group_mean_size"]),
         "gigpo/step_rows": float(rows),
         "gigpo/episodes": float(len(episodes)),
-        "gigpo/steps_per_episode": rows / max(1, len(episodes)),
+        "gigpo/episode_turns": rows / max(1, len(episodes)),
         "gigpo/won": len(won) / max(1, len(episodes)),
         "gigpo/invalid_actions": 1.0 - float(np.mean(records.is_action_valid)) if rows else 0.0,
     }

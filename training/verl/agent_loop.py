@@ -57,11 +57,12 @@ def task_of(kwargs: dict[str, Any]) -> Any:
     return task
 
 
-def step_fields(records: StepRecords, i: int, step: int) -> dict[str, Any]:
-    """Row ``i`` of an episode's records as the output's ``extra_fields`` step columns."""
+def step_fields(records: StepRecords, i: int) -> dict[str, Any]:
+    """Row ``i`` of an episode's records (its step ``i``) as the output's ``extra_fields``
+    step columns."""
     return {
         "traj_ids": records.traj_ids[i],
-        "step": step,
+        "step": i,
         "rewards": records.rewards[i],
         "anchors": records.anchors[i],
         "anchor_texts": records.anchor_texts[i],
@@ -131,7 +132,7 @@ class GiGPOAgentLoop(AgentLoopBase):
                             generate_sequences=generated - started,
                             tool_calls=time.perf_counter() - generated,
                         ),
-                        extra_fields=step_fields(records, len(records) - 1, len(outputs)),
+                        extra_fields=step_fields(records, len(outputs)),
                     )
                 )
                 if terminated or truncated:

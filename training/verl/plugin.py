@@ -96,17 +96,16 @@ def wrap_compute_advantage(original: Callable) -> Callable:
     """verl's ``compute_advantage``, passing ``non_tensor_batch`` to our estimators."""
     if getattr(original, "__gigpo_patched__", False):
         return original
-    check_target(
-        tuple(inspect.signature(original).parameters) == ADVANTAGE_PARAMETERS,
-        f"compute_advantage{inspect.signature(original)}",
-    )
+    signature = inspect.signature(original)
+    check_target(tuple(signature.parameters) == ADVANTAGE_PARAMETERS,
+                 f"compute_advantage{signature}")  # fmt: skip
 
     @functools.wraps(original)
     def compute_advantage(data: Any, adv_estimator: Any, *args: Any, **kwargs: Any) -> Any:
         name = getattr(adv_estimator, "value", adv_estimator)
         if name not in VERL_ESTIMATORS:
             return original(data, adv_estimator, *args, **kwargs)
-        bound = inspect.signature(original).bind(data, adv_estimator, *args, **kwargs)
+        bound = signature.bind(data, adv_estimator, *args, **kwargs)
         from verl.trainer.ppo import core_algos
 
         from training.verl.advantage import response_mask_of
