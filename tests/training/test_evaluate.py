@@ -130,8 +130,8 @@ def test_a_run_directory_gives_the_trainers_own_held_out_numbers(
     from training.evaluation.heldout import load_policy
 
     config = load_config(run / "config.json")
-    policy, _, path = load_policy(str(run), config, tmp_path / "o")
-    assert path == tiny_model_dir
+    policy, _, source = load_policy(str(run), config, tmp_path / "o")
+    assert source.path == tiny_model_dir and source.revision is None
     trained = read_checkpoint(run / "checkpoint")["model"]
     named = config.model.name_or_path
     base, _, _ = load_policy(str(tiny_model_dir), config, tmp_path / "o")
@@ -221,14 +221,14 @@ def test_a_failed_evaluation_leaves_no_new_folder(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(["--model", str(tmp_path / "nowhere"), "--out", str(out)])
     assert exit_info.value.code == 2
-    assert "not a local model directory" in capsys.readouterr().err
+    assert "no such local directory" in capsys.readouterr().err
     assert not out.exists()  # the lock was taken on a new folder, then discarded
 
 
 def test_a_missing_model_or_a_broken_checkpoint_is_a_clear_error(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["--model", str(tmp_path / "nowhere"), "--out", str(tmp_path / "o")])
-    assert "not a local model directory" in capsys.readouterr().err
+    assert "no such local directory" in capsys.readouterr().err
 
     run = tmp_path / "run"
     (run / "checkpoint").mkdir(parents=True)

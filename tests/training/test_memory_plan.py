@@ -147,6 +147,43 @@ def test_the_papers_alfworld_config_plans_to_fit_one_80_gb_gpu(
     assert "fits: peak" in capsys.readouterr().out
 
 
+def test_the_documented_dry_run_needs_no_download_no_model_and_no_game_data(
+    tmp_path, capsys, monkeypatch
+):
+    """`gigpo-train --config alfworld_gpu --dry-run` on a fresh install: no network, an empty
+    Hugging Face cache, no ALFWorld games. The plan comes from the table of known
+    architectures and equals the plan read from the model's own config; what could not be
+    checked is said."""
+    from training.local.__main__ import main
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-cache"))
+    monkeypatch.setenv("ALFWORLD_DATA", str(tmp_path / "no-games"))
+    monkeypatch.setenv("GIGPO_FREE_MEMORY_GIB", "79")
+    assert main(["--config", "alfworld_gpu", "--dry-run", f"--out={tmp_path}/run"]) == 0
+    printed = capsys.readouterr().out
+    assert "model config: the table of known architectures" in printed
+    assert "not checked here: the env (" in printed and "ALFWorld" in printed
+    assert "not checked here: the prompt lengths" in printed
+    assert "fits: peak" in printed
+    from_table = json.loads(next(x for x in printed.splitlines() if x.startswith("{")))
+    # the same run planned from the model's own config.json: the same numbers
+    args = ["--config", "alfworld_gpu", "--dry-run", f"--out={tmp_path}/run",
+            f"--model.name_or_path={_qwen_dir(tmp_path)}"]  # fmt: skip
+    assert main(args) == 0
+    printed = capsys.readouterr().out
+    from_dir = json.loads(next(x for x in printed.splitlines() if x.startswith("{")))
+    assert from_dir.pop("model_config").endswith("qwen2.5-1.5b/config.json")
+    assert from_table.pop("model_config").startswith("the table of known architectures")
+    assert from_dir == from_table
+    assert not (tmp_path / "run").exists() and not (tmp_path / "empty-cache").exists()
+    # a hub id that is neither cached nor known: the error names the command to fetch it
+    with pytest.raises(SystemExit) as code:
+        main(["--config", "alfworld_gpu", "--dry-run", "--model.name_or_path=someone/unknown-7b"])
+    err = capsys.readouterr().err
+    assert code.value.code == 2 and "hf download someone/unknown-7b config.json" in err
+
+
 def test_a_run_that_cannot_fit_stops_before_any_weight_loads(tiny_config, monkeypatch, capsys):
     from training.local.__main__ import main
 
@@ -203,11 +240,16 @@ def test_bad_free_memory_overrides_are_named(monkeypatch):
 
 
 def test_the_shape_read_from_a_model_directory_is_the_hand_count(tmp_path):
-    from training.local.memory import model_shape
+    from transformers import AutoConfig
+
+    from training.local.shapes import known_config, model_shape
 
     directory = _qwen_dir(tmp_path)
+    hf = AutoConfig.from_pretrained(directory)
     config = _config(f"--model.name_or_path={directory}", tmp_path=tmp_path)
-    assert model_shape(config, directory) == QWEN15
+    assert model_shape(config, hf) == QWEN15
     two = load_config("smoke", [f"--model.name_or_path={directory}", f"--out={tmp_path}/r",
                                 "--model.trainable_layers=2"])  # fmt: skip
-    assert model_shape(two, directory).trainable == 2 * _LAYER + 1536  # and the final norm
+    assert model_shape(two, hf).trainable == 2 * _LAYER + 1536  # and the final norm
+    # the table a dry run falls back on holds the same architecture
+    assert model_shape(config, known_config("Qwen/Qwen2.5-1.5B-Instruct")) == QWEN15

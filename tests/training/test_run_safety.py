@@ -16,7 +16,6 @@ import pytest
 import torch
 
 from training.cli.evaluate import main as evaluate_main
-from training.evaluation.heldout import resolve_model
 from training.local.checkpoint import (
     UnsafeCheckpointError,
     find_checkpoint,
@@ -32,6 +31,7 @@ from training.local.model import resolve_model_path
 from training.local.policy import TrainingDivergedError
 from training.local.resume import ResumeConfigError, check_resume
 from training.local.train import train
+from training.local.trained import find_run_dir, whole_checkpoint
 
 REPO = Path(__file__).resolve().parents[2]
 SOKOBAN = "--env.kwargs={dim_room: [6, 6], num_boxes: 1, max_steps: 3}"
@@ -294,8 +294,8 @@ def test_a_crash_between_the_renames_still_guards_the_config_and_evaluates(
     (run / "checkpoint").rename(run / "checkpoint.old")
     (run / "checkpoint.tmp").mkdir()  # the staged copy a crash cut short
 
-    config = load_config(run / "config.json", [])
-    model_dir, checkpoint = resolve_model(str(run), config, tmp_path / "eval")
+    load_config(run / "config.json", [])  # the run's config still loads
+    checkpoint = whole_checkpoint(find_run_dir(run))
     assert checkpoint == run / "checkpoint.old"  # a run directory, not a model directory
     assert sorted(p.name for p in run.iterdir() if p.name.startswith("checkpoint")) == [
         "checkpoint.old",

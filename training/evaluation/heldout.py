@@ -23,7 +23,6 @@ setup here serve the pinned suites too (:mod:`training.evaluation.suite`).
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -33,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from training.files import atomic_write_text
+from training.hub import ResolvedModel
 from training.local.checks import LIMITS, MAX_EPISODES
 from training.local.config import ConfigError, TrainConfig, load_config
 from training.locks import hold_folder
@@ -170,44 +170,13 @@ def compute_setup(config: TrainConfig, model: Any) -> Iterator[None]:
         yield
 
 
-def resolve_model(model: str, config: TrainConfig, out: Path) -> tuple[Path, Path | None]:
-    """``(model directory, checkpoint directory or None)`` for ``--model``.
+def load_policy(model: str, config: TrainConfig, out: Path) -> tuple[Any, Any, ResolvedModel]:
+    """The model (a run's trained weights, LoRA adapters merged), its tokenizer, and where
+    its base came from (:func:`training.local.trained.load_trained`)."""
+    from training.local.trained import load_trained
 
-    A run directory of ours (``config.json`` and a ``checkpoint/``, or the ``checkpoint.tmp/``
-    or ``checkpoint.old/`` a crash mid-save left) or its ``checkpoint/`` gives the base model
-    its config names and the checkpoint's weights (``model.safetensors``); anything else is
-    ``model.name_or_path`` (``smollm2``, ``tiny-random``, a model dir). The run directory is
-    only read.
-
-    Raises:
-        UnsafeCheckpointError: the run's checkpoint is in the old pickled format.
-        FileNotFoundError: a run directory with no whole checkpoint.
-    """
-    from training.local.checkpoint import find_run_dir, whole_checkpoint
-    from training.local.model import resolve_model_path
-
-    run = find_run_dir(model)
-    if run is not None:
-        saved = load_config(run / "config.json")
-        return resolve_model_path(saved.model, run), whole_checkpoint(run)
-    return resolve_model_path(dataclasses.replace(config.model, name_or_path=model), out), None
-
-
-def load_policy(model: str, config: TrainConfig, out: Path) -> tuple[Any, Any, Path]:
-    """The model (with a run's trained weights) and tokenizer; also the model directory."""
-    from training.local.checkpoint import load_weights
-    from training.local.model import load_model, load_tokenizer
-
-    path, checkpoint = resolve_model(model, config, out)
-    tokenizer = load_tokenizer(path)
-    policy = load_model(path, config.model.dtype, trainable=False, device=config.model.device)
-    if checkpoint is not None:
-        weights = checkpoint / "model.safetensors"
-        try:
-            load_weights(policy, weights)
-        except Exception as exc:  # corrupt file, another model: say which file
-            raise RuntimeError(f"cannot load the weights in {weights}: {exc}") from exc
-    return policy, tokenizer, path
+    trained = load_trained(model, config, out)
+    return trained.policy, trained.tokenizer, trained.source
 
 
 def evaluate_heldout(
@@ -236,13 +205,14 @@ def evaluate_heldout(
     lock = hold_folder(out, "evaluate", "gigpo-evaluate")
     try:
         try:
-            policy, tokenizer, path = load_policy(model, config, out)
+            policy, tokenizer, source = load_policy(model, config, out)
         except (FileNotFoundError, RuntimeError, ValueError) as exc:
             raise ModelError(str(exc)) from exc
         summary, episodes = play(policy, tokenizer, config, settings)
         summary = {
             "model": model,
-            "model_dir": str(path),
+            "model_dir": str(source.path),
+            "model_revision": source.revision,
             "env_id": config.env.id,
             "env_kwargs": config.env.kwargs,
             "heldout_fraction": config.env.heldout_fraction,
@@ -271,7 +241,7 @@ def eval_config(model: str, config: str | None, overrides: list[str]) -> TrainCo
     Raises:
         ConfigError: as :func:`training.local.config.load_config`.
     """
-    from training.local.checkpoint import find_run_dir
+    from training.local.trained import find_run_dir
 
     if config is None and (run := find_run_dir(model)) is not None:
         config = str(run / "config.json")

@@ -30,7 +30,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     args, overrides = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
     try:
-        config = load_config(args.config, overrides, check_device=not args.dry_run)
+        config = load_config(
+            args.config, overrides, check_device=not args.dry_run, check_files=not args.dry_run
+        )
         if args.dry_run:
             return dry_run(config)
     except ConfigError as exc:
@@ -60,30 +62,49 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def dry_run(config: TrainConfig) -> int:
-    """Prints the memory plan (a table, then one JSON line) and whether it fits the free
-    memory of ``model.device`` (when this machine has it, or ``$GIGPO_FREE_MEMORY_GIB``);
-    loads no weights and writes nothing. Returns 0.
+    """Prints the memory plan (a table, then one JSON line), what could not be checked here,
+    and whether the plan fits the free memory of ``model.device`` (when this machine has
+    it, or ``$GIGPO_FREE_MEMORY_GIB``). Loads and downloads no weights (the model's
+    ``config.json`` at most: :func:`~training.local.shapes.plan_config`), needs none of
+    the env's packages or data, and writes nothing. Returns 0.
 
     Raises:
         ConfigError: it does not fit (the message names the settings to change; the command
-            exits 2 with it).
+            exits 2 with it), or the model's config cannot be had here.
     """
     import json
     import tempfile
     from pathlib import Path
 
+    from training.local.checks import env_problem
     from training.local.memory import GIB, check_fits, free_memory, run_plan
     from training.local.model import resolve_model_path
 
     m = config.model
+    unchecked = []
+    problem = env_problem(config)
+    if problem is not None:
+        unchecked.append(f"the env ({problem})")
     with tempfile.TemporaryDirectory(prefix="gigpo-dry-run-") as tmp:
-        # The tiny model's shape follows from its settings; it is built (in seconds, into a
-        # folder removed after) only when its tokenizer must count an uncapped prompt.
-        tiny_capped = m.name_or_path == "tiny-random" and config.rollout.max_prompt_tokens
-        model_dir = None if tiny_capped else resolve_model_path(m, Path(tmp))
+        model_dir = None
+        # A model directory only to count an uncapped first prompt with its tokenizer (the
+        # tiny model is built in seconds into a folder removed after): the plan itself
+        # needs the model's config alone.
+        if not config.rollout.max_prompt_tokens and problem is None:
+            model_dir = resolve_model_path(m, Path(tmp))
         plan = run_plan(config, model_dir)
+    if config.rollout.max_prompt_tokens:
+        unchecked.append(
+            "the prompt lengths it will see (rollout.max_prompt_tokens caps them: a longer "
+            "prompt stops the run, naming that key)"
+        )
+    if m.name_or_path not in ("tiny-random", "smollm2") and model_dir is None:
+        unchecked.append(f"the model's weights and tokenizer ({m.name_or_path} is not loaded)")
     print("\n".join(plan.lines()))
     print(json.dumps(plan.to_dict()))
+    print(f"model config: {plan.model_config}")
+    for item in unchecked:
+        print(f"not checked here: {item}")
     free = free_memory(m.device)
     if free is None:
         print(f"free memory of {m.device}: unknown here (not this machine's device); the "

@@ -80,6 +80,7 @@ def save_checkpoint(
     generator: np.random.Generator,
     critic: Any = None,
     critic_optimizer: Any = None,
+    adapter: Any = None,
 ) -> Path:
     """Writes ``out/checkpoint/`` atomically (a crash at any instant keeps one whole
     checkpoint, the old or the new, that :func:`recover_checkpoint` finds).
@@ -88,10 +89,16 @@ def save_checkpoint(
         iteration: the number of iterations completed.
         generator: the trainer's numpy generator (minibatch shuffling).
         critic, critic_optimizer: PPO's critic and its optimizer (``algo.estimator: ppo``).
+        adapter: under LoRA, PEFT's wrapper of ``model``: the adapters are saved in PEFT's
+            format (``adapter/``) instead of the model's weights.
     """
     import torch
 
-    states = {"model": model.state_dict(), "optimizer": optimizer.state_dict()}
+    states = {"optimizer": optimizer.state_dict()}
+    if adapter is None:
+        states["model"] = model.state_dict()
+    else:
+        states["adapter"] = adapter
     if critic is not None:
         states["critic"] = critic.state_dict()
         states["critic_optimizer"] = critic_optimizer.state_dict()
@@ -108,8 +115,9 @@ def save_checkpoint(
 def write_checkpoint(
     out: Path, states: dict[str, Any], *, iteration: int, rng: dict[str, Any]
 ) -> Path:
-    """Writes state dicts (``model``, ``optimizer``, optionally ``critic`` and
-    ``critic_optimizer``) and the RNG states as ``out/checkpoint/``, staged and swapped in."""
+    """Writes state dicts (``model`` or under LoRA ``adapter``, PEFT's wrapper;
+    ``optimizer``; optionally ``critic`` and ``critic_optimizer``) and the RNG states as
+    ``out/checkpoint/``, staged and swapped in."""
     import torch
 
     target = out / CHECKPOINT_DIR
@@ -121,6 +129,10 @@ def write_checkpoint(
     for name in ("model", "critic"):
         if name in states:
             write_tensors(staging / f"{name}.safetensors", states[name])
+    if "adapter" in states:  # PEFT's wrapper: its adapters in PEFT's own format
+        from training.local.lora import ADAPTER_DIR, save_adapter
+
+        save_adapter(states["adapter"], staging / ADAPTER_DIR)
     for name in ("optimizer", "critic_optimizer"):
         if name in states:
             torch.save(states[name], staging / f"{name}.pt")
@@ -196,9 +208,10 @@ def load_checkpoint(
     generator: np.random.Generator,
     critic: Any = None,
     critic_optimizer: Any = None,
+    adapter: Any = None,
 ) -> int | None:
     """Restores a checkpoint written by :func:`save_checkpoint`, if ``out`` has one (with
-    the critic's state when ``critic`` is given).
+    the critic's state when ``critic`` is given; under LoRA the adapters into ``adapter``).
 
     Returns:
         The number of iterations completed, or None when there is no checkpoint.
@@ -215,7 +228,12 @@ def load_checkpoint(
         return None
     try:
         state = read_state(directory)
-        load_weights(model, directory / "model.safetensors")
+        if adapter is None:
+            load_weights(model, directory / "model.safetensors")
+        else:
+            from training.local.lora import ADAPTER_DIR, load_adapter_weights
+
+            load_adapter_weights(adapter, directory / ADAPTER_DIR)
         optimizer.load_state_dict(read_torch(directory / "optimizer.pt"))
         if critic is not None:
             if not (directory / "critic.safetensors").is_file():
@@ -287,41 +305,6 @@ def load_weights(model: Any, path: Path) -> None:
     """Loads a ``.safetensors`` file written by :func:`save_checkpoint` into ``model``
     (every key must match: ``strict``)."""
     model.load_state_dict(read_tensors(path), strict=True)
-
-
-def find_run_dir(path: str | Path) -> Path | None:
-    """The run directory ``path`` names, without changing anything: ``path`` itself, or its
-    parent when ``path`` is one of the run's checkpoint folders. A run directory holds a
-    ``config.json`` beside a ``checkpoint/``, ``checkpoint.tmp/`` or ``checkpoint.old/``;
-    None when ``path`` names no run (a model name, a Hugging Face model directory)."""
-    path = Path(path).expanduser()
-    names = [CHECKPOINT_DIR + suffix for suffix in ("", STAGING_SUFFIX, OLD_SUFFIX)]
-    for candidate in (path, path.parent):
-        if candidate == path.parent and path.name not in names:
-            continue
-        if (candidate / "config.json").is_file() and any(
-            (candidate / name).is_dir() for name in names
-        ):
-            return candidate
-    return None
-
-
-def whole_checkpoint(run: Path) -> Path:
-    """The newest whole checkpoint of run directory ``run`` (:func:`find_checkpoint`), its
-    ``state.json`` checked (:func:`read_state`), without changing anything.
-
-    Raises:
-        FileNotFoundError: ``run`` holds no whole checkpoint.
-        ValueError: its ``state.json`` is not JSON or not this format (the file named).
-        UnsafeCheckpointError: the checkpoint is in the old pickled format.
-    """
-    found = find_checkpoint(run)
-    if found is None:
-        raise FileNotFoundError(
-            f"{run} is a run directory but holds no whole checkpoint (no checkpoint/state.json)"
-        )
-    read_state(found)  # ValueError naming the file when it is not this format
-    return found
 
 
 def _pickled_message(pickled: Path, out: Path) -> str:

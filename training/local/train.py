@@ -29,6 +29,7 @@ from training.local.metrics import MetricsLog, iteration_row, plot_curves, read_
 from training.local.model import (
     learning_rate,
     load_models,
+    model_source,
     require_train_extra,
     resolve_model_path,
 )
@@ -78,6 +79,7 @@ def train(config: TrainConfig) -> list[dict[str, Any]]:
 def _train_held(config: TrainConfig) -> list[dict[str, Any]]:
     """:func:`train`'s run, with ``run.out`` held by this process."""
     out = Path(config.run.out)
+    _pin_revision(config)
     check_resume(config)
     atomic_write_text(out / "config.json", json.dumps(config.to_dict(), indent=2) + "\n")
     if config.run.keep_freed_memory:
@@ -96,7 +98,7 @@ def _train_held(config: TrainConfig) -> list[dict[str, Any]]:
     generator = np.random.default_rng(config.run.seed)
     models = load_models(config, out)
     model, tokenizer, critic = models.policy, models.tokenizer, models.critic
-    prepare_models(dtype, config.model.device, model, models.reference, critic)
+    prepare_models(dtype, config.model.device, model, models.separate_reference(), critic)
     envs = config_envs(config, config.env.num_groups, config.env.group_size)
     split = task_split(config)
 
@@ -217,6 +219,19 @@ def _after(done: int, every: int, iterations: int) -> bool:
     """Whether something done every ``every`` iterations (0: never), and after the last, is
     due once ``done`` iterations are."""
     return bool(every) and (done % every == 0 or done == iterations)
+
+
+def _pin_revision(config: TrainConfig) -> None:
+    """Resolves a hub id (fetching it where allowed) and records the commit it resolved to
+    as ``model.revision``: the run's ``config.json`` names the exact weights, and a resume
+    on other weights (the branch moved on) is refused by the config check."""
+    from training.local.model_checks import PACKAGED_MODELS
+
+    if config.model.name_or_path in PACKAGED_MODELS:
+        return
+    source = model_source(config.model, Path(config.run.out))
+    if source.revision is not None:
+        config.model.revision = source.revision
 
 
 def _seed_everything(seed: int) -> None:

@@ -151,6 +151,11 @@ def _read_config(run: Path) -> str:
         if not all(isinstance(v, str | int) and not isinstance(v, bool) for v in values):
             return "no readable config.json"
         name, groups, size, estimator, path = (bound_text(v, 200) for v in values)
+        rank, revision = model.get("lora_rank"), model.get("revision")
+        if isinstance(revision, str):
+            path += "@" + revision[:12]
+        if isinstance(rank, int) and not isinstance(rank, bool) and rank > 0:
+            path += f", LoRA rank {rank}"
         return f"env {name} ({groups} groups x {size}), estimator {estimator}, model {path}"
     except (ValueError, KeyError, TypeError, MemoryError):  # GuardError is a ValueError
         return "no readable config.json"

@@ -1,0 +1,194 @@
+"""LoRA in the local trainer (PEFT): only the adapters train, the reference is the base with
+them off, checkpoints hold them in PEFT's format and resume bit-exact, evaluation, the viewer
+and ``gigpo-export`` open the run, and the merged model gives the adapter model's logits."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from training.local.config import ConfigError, load_config
+from training.local.train import train
+
+LORA = ["--model.lora_rank=4", "--model.lora_alpha=8", "--optim.lr=1e-2"]
+SOKOBAN = [
+    "--env.id=gigpo/Sokoban-v0",
+    "--env.kwargs={dim_room: [6, 6], num_boxes: 1, max_steps: 3}",
+]
+
+
+def _config(tiny_model_dir, out, *more):
+    args = [f"--model.name_or_path={tiny_model_dir}", f"--out={out}", "--run.progress=false",
+            "--run.threads=1", "--eval.every=0", "--run.save_rollouts_every=1"]  # fmt: skip
+    return load_config("smoke", [*args, *SOKOBAN, *LORA, *more])
+
+
+@pytest.fixture(scope="module")
+def lora_run(tmp_path_factory, tiny_model_dir):
+    out = tmp_path_factory.mktemp("lora") / "run"
+    rows = train(_config(tiny_model_dir, out))
+    return out, rows
+
+
+def _base_logits(model_dir, ids):
+    from transformers import AutoModelForCausalLM
+
+    base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    return base(input_ids=ids).logits
+
+
+IDS = torch.tensor([[5, 17, 42, 99, 7, 3, 250, 11]])
+
+
+def test_only_the_adapters_train_and_are_saved_in_peft_format(lora_run, tiny_model_dir):
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    out, rows = lora_run
+    adapter = out / "checkpoint" / "adapter"
+    assert sorted(p.name for p in adapter.iterdir()) == [
+        "README.md", "adapter_config.json", "adapter_model.safetensors",
+    ]  # fmt: skip
+    assert not (out / "checkpoint" / "model.safetensors").exists()
+    saved = json.loads((adapter / "adapter_config.json").read_text())
+    assert saved["r"] == 4 and saved["lora_alpha"] == 8 and saved["peft_type"] == "LORA"
+    # PEFT itself loads it on the base; the adapters moved the outputs, the base is untouched
+    base = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
+    with_adapter = PeftModel.from_pretrained(base, adapter)
+    with torch.no_grad():
+        tuned = with_adapter(input_ids=IDS).logits
+        with with_adapter.disable_adapter():
+            off = with_adapter(input_ids=IDS).logits
+    assert torch.equal(off, _base_logits(tiny_model_dir, IDS))
+    assert (tuned - off).abs().max() > 1e-4
+    assert all(r["grad_norm"] > 0 for r in rows)
+
+
+def test_the_merged_model_gives_the_adapter_models_logits(lora_run, tmp_path):
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    from training.cli.export import main
+    from training.local.trained import load_trained
+
+    out, _ = lora_run
+    config = load_config(out / "config.json")
+    trained = load_trained(str(out), config, tmp_path)
+    assert trained.lora and trained.checkpoint == out / "checkpoint"
+    base = AutoModelForCausalLM.from_pretrained(trained.source.path, dtype=torch.float32)
+    with_adapter = PeftModel.from_pretrained(base, out / "checkpoint" / "adapter")
+    with torch.no_grad():
+        expected = with_adapter(input_ids=IDS).logits
+        merged = trained.policy(input_ids=IDS).logits
+    torch.testing.assert_close(merged, expected, atol=1e-5, rtol=1e-5)
+    # gigpo-export writes the merged model as a plain transformers directory
+    target = tmp_path / "exported"
+    assert main([str(out), str(target), "--dtype", "float32"]) == 0
+    exported = AutoModelForCausalLM.from_pretrained(target, dtype=torch.float32)
+    with torch.no_grad():
+        torch.testing.assert_close(exported(input_ids=IDS).logits, expected, atol=1e-5, rtol=1e-5)
+    names = {n for n, _ in exported.named_parameters()}
+    plain = AutoModelForCausalLM.from_pretrained(trained.source.path, dtype=torch.float32)
+    assert names == {n for n, _ in plain.named_parameters()}  # the base model's names only
+    record = json.loads((target / "gigpo_export.json").read_text())
+    assert record["lora_merged"] and record["iteration"] == 2
+    assert main([str(out), str(target)]) == 2  # never over an existing folder
+    assert main([str(tmp_path / "nothing"), str(tmp_path / "x")]) == 2
+
+
+def test_the_reference_is_the_base_with_the_adapters_off(tiny_model_dir, tmp_path):
+    from training.local.batch import make_batch, token_log_probs
+    from training.local.lora import BaseReference
+    from training.local.model import load_model, load_models
+    from training.local.policy import reference_log_probs
+    from training.records import StepRecords
+
+    config = _config(tiny_model_dir, tmp_path / "run")
+    models = load_models(config, tmp_path / "run")
+    assert isinstance(models.reference, BaseReference) and models.separate_reference() is None
+    trainable = [n for n, p in models.policy.named_parameters() if p.requires_grad]
+    assert trainable and all("lora_" in n for n in trainable)
+    with torch.no_grad():  # move the adapters off zero so that they change the outputs
+        for name, p in models.policy.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.5)
+    records = StepRecords()
+    records.append(reward=1.0, anchor="s", anchor_text="s", group_id=0, traj_id="a",
+                   is_action_valid=True, prompt_ids=[5, 17, 42, 9], response_ids=[99, 7, 3],
+                   old_log_probs=[0.0, 0.0, 0.0])  # fmt: skip
+    batch = make_batch(records, np.array([0]), np.array([0.5]), 0, models.policy.device)
+    from training.local.precision import resolve_compute_dtype
+
+    held = resolve_compute_dtype(config.model.compute_dtype, "cpu")[0]  # the base's dtype
+    assert next(p for p in models.policy.parameters() if not p.requires_grad).dtype == getattr(
+        torch, held
+    )
+    base = load_model(tiny_model_dir, held, trainable=False)
+    expected = token_log_probs(base, batch)
+    reference = reference_log_probs(models.reference, batch, 1.0)
+    assert torch.equal(reference, expected)
+    with torch.no_grad():
+        assert not torch.allclose(token_log_probs(models.policy, batch), expected, atol=1e-4)
+
+
+def test_resume_is_bit_exact(tiny_model_dir, tmp_path):
+    from training.local.checkpoint_files import read_tensors
+
+    straight = train(_config(tiny_model_dir, tmp_path / "straight"))
+    train(_config(tiny_model_dir, tmp_path / "resumed", "--run.iterations=1"))
+    resumed = train(_config(tiny_model_dir, tmp_path / "resumed"))
+    assert [r["iteration"] for r in resumed] == [1]
+    for key in straight[1].keys() - {k for k in straight[1] if k.startswith("time_")}:
+        assert resumed[0][key] == straight[1][key], key
+    a, b = (read_tensors(tmp_path / run / "checkpoint" / "adapter" / "adapter_model.safetensors")
+            for run in ("straight", "resumed"))  # fmt: skip
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    # a LoRA checkpoint does not resume as a full run (the config check names the key)
+    from training.local.resume import ResumeConfigError
+
+    full = load_config("smoke", [f"--model.name_or_path={tiny_model_dir}",
+                                 f"--out={tmp_path / 'resumed'}", *SOKOBAN])  # fmt: skip
+    with pytest.raises(ResumeConfigError, match="model.lora_rank"):
+        train(full)
+
+
+def test_evaluation_and_the_viewer_open_a_lora_run(lora_run, tmp_path):
+    from training.cli.evaluate import main as evaluate
+    from training.cli.view import main as view
+
+    out, _ = lora_run
+    assert evaluate(["--model", str(out), "--out", str(tmp_path / "eval"), "--episodes", "2"]) == 0
+    summary = json.loads((tmp_path / "eval" / "summary.json").read_text())
+    assert summary["episodes"] == 2
+    assert view([str(out), "-o", str(tmp_path / "page.html")]) == 0
+    assert "LoRA rank 4" in (tmp_path / "page.html").read_text()
+
+
+def test_lora_settings_are_checked_at_load(tiny_model_dir, tmp_path):
+    for bad, key in (("--model.lora_rank=-1", "model.lora_rank"),
+                     ("--model.lora_alpha=0", "model.lora_alpha"),
+                     ("--model.lora_dropout=1", "model.lora_dropout"),
+                     ("--model.lora_target_modules=[all-linear, q_proj]", "stands alone"),
+                     ("--model.lora_target_modules=[]", "model.lora_target_modules"),
+                     ("--model.trainable_layers=1", "model.trainable_layers"),
+                     ("--algo.estimator=ppo", "algo.estimator=ppo")):  # fmt: skip
+        with pytest.raises(ConfigError, match=key):
+            _config(tiny_model_dir, tmp_path / "r", bad)
+    one = _config(tiny_model_dir, tmp_path / "r", "--model.lora_target_modules=q_proj")
+    assert one.model.lora_target_modules == ["q_proj"]
+
+
+def test_targets_that_match_nothing_name_the_key(tiny_model_dir, tmp_path):
+    from training.local.model import load_models
+
+    config = _config(tiny_model_dir, tmp_path / "r", "--model.lora_target_modules=[nothing]")
+    with pytest.raises(ValueError, match="model.lora_target_modules"):
+        load_models(config, tmp_path / "r")
+
+
+if __name__ == "__main__":
+    sys.exit(pytest.main([__file__]))

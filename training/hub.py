@@ -1,0 +1,254 @@
+"""Models named as users name them: a local directory, or a Hugging Face hub id resolved the
+way transformers resolves it (the hub cache, ``HF_HUB_OFFLINE``, a pinned revision).
+
+:func:`resolve_model` gives the local folder a model loads from and the commit it came from,
+which every run and summary records; :func:`config_file` gives a model's ``config.json``
+alone (what a memory plan reads), without its weights. Offline and not cached is an error
+naming the id and the one command that fetches it. A model whose config asks for its own
+code (``auto_map``) is refused unless the user sets ``trust_remote_code`` (transformers'
+default, kept).
+
+The packaged names (``smollm2``, ``tiny-random``) are the trainer's (:mod:`training.local.model`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from training.text import show
+
+__all__ = [
+    "WEIGHT_PATTERNS", "ModelNotFoundError", "RemoteCodeError", "ResolvedModel",
+    "check_remote_code", "config_file", "fetch_command", "hub_cache", "is_hub_id",
+    "is_offline", "resolve_model",
+]  # fmt: skip
+
+#: The files of a model repository a run loads (weights, config, tokenizer, generation
+#: config): the other formats a repository may carry (ONNX, GGUF, ``.bin`` beside
+#: safetensors, code) are not downloaded.
+WEIGHT_PATTERNS = ["*.json", "*.safetensors", "*.txt", "*.model", "*.tiktoken", "*.jinja"]
+
+
+class ModelNotFoundError(FileNotFoundError):
+    """A model name that is neither a local model directory nor a hub id that resolves here
+    (the message says why and how to fetch it)."""
+
+
+class RemoteCodeError(ValueError):
+    """A model whose config needs its own Python code, without ``trust_remote_code``."""
+
+
+@dataclass(frozen=True)
+class ResolvedModel:
+    """Where a named model loads from.
+
+    Attributes:
+        name: as the user gave it (a path or a hub id).
+        path: the local folder holding its ``config.json`` (a hub snapshot for an id).
+        revision: the commit the snapshot is (40 hex digits); None for a local directory.
+    """
+
+    name: str
+    path: Path
+    revision: str | None = None
+
+
+def is_offline() -> bool:
+    """Whether ``HF_HUB_OFFLINE`` (or transformers' ``TRANSFORMERS_OFFLINE``) forbids the
+    network, read now (not at import, so a process may set it after importing us)."""
+    truthy = ("1", "on", "yes", "true")
+    return any(os.environ.get(k, "").strip().lower() in truthy
+               for k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))  # fmt: skip
+
+
+def hub_cache() -> Path:
+    """The hub cache folder, as huggingface_hub finds it: ``$HF_HUB_CACHE``, else
+    ``$HF_HOME/hub``, else ``~/.cache/huggingface/hub`` (read now)."""
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
+    home = os.environ.get("HF_HOME") or Path(
+        os.environ.get("XDG_CACHE_HOME") or "~/.cache", "huggingface"
+    )
+    return Path(home).expanduser() / "hub"
+
+
+def is_hub_id(name: str) -> bool:
+    """Whether ``name`` can be a hub repository id (``org/model`` or ``model``): what is not a
+    path (no leading ``/``, ``.``, ``~``, at most one ``/``) and passes huggingface_hub's own
+    check."""
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    if not name or name.startswith(("/", ".", "~")) or name.count("/") > 1:
+        return False
+    try:
+        validate_repo_id(name)
+    except HFValidationError:
+        return False
+    return True
+
+
+def fetch_command(name: str, revision: str | None) -> str:
+    """The one command that puts ``name`` (at ``revision``) into the hub cache."""
+    pin = f" --revision {revision}" if revision else ""
+    return f"hf download {name}{pin}"
+
+
+def _not_found(key: str, name: str, revision: str | None, why: str) -> ModelNotFoundError:
+    at = f" at revision {show(revision)}" if revision else ""
+    return ModelNotFoundError(
+        f"{key}={show(name)}{at}: {why}; fetch it with `{fetch_command(name, revision)}` "
+        f"(into {hub_cache()}), or give a local model directory"
+    )
+
+
+def _local_dir(name: str, key: str) -> Path | None:
+    """``name`` as a local model directory, None when no such path exists.
+
+    Raises:
+        ModelNotFoundError: the path exists but holds no ``config.json``, or it is not a
+            path and not a hub id either.
+    """
+    path = Path(name).expanduser()
+    if path.exists():
+        if not (path / "config.json").is_file():
+            raise ModelNotFoundError(
+                f"{key}={show(name)} is a local path but not a model directory (no "
+                "config.json in it); give a Hugging Face model directory or a hub id"
+            )
+        return path
+    if not is_hub_id(name):
+        raise ModelNotFoundError(
+            f"{key}={show(name)}: no such local directory, and not a Hugging Face hub id (org/name)"
+        )
+    return None
+
+
+def _has_weights(folder: Path) -> bool:
+    return any(folder.glob("*.safetensors")) or any(folder.glob("pytorch_model*.bin"))
+
+
+def resolve_model(
+    name: str, revision: str | None = None, *, key: str = "model.name_or_path"
+) -> ResolvedModel:
+    """The local folder of model ``name``: a directory as it is, a hub id through the hub
+    cache (downloading the files :data:`WEIGHT_PATTERNS` names when the network is allowed).
+
+    Args:
+        revision: a branch, tag or commit of a hub id (None: ``main``); not read for a
+            directory.
+        key: the setting that named the model, for messages.
+
+    Raises:
+        ModelNotFoundError: no such directory, an id not in the cache while offline (or
+            cached without its weights), a repository or revision the hub does not have.
+    """
+    local = _local_dir(name, key)
+    if local is not None:
+        return ResolvedModel(name, local)
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import (
+        GatedRepoError,
+        HfHubHTTPError,
+        LocalEntryNotFoundError,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+    )
+
+    offline = is_offline()
+    try:
+        folder = Path(
+            snapshot_download(
+                name,
+                revision=revision,
+                cache_dir=hub_cache(),
+                local_files_only=offline,
+                allow_patterns=WEIGHT_PATTERNS,
+            )
+        )
+    except GatedRepoError:
+        raise _not_found(key, name, revision, "a gated repository: accept its terms on the "
+                         "hub and log in (`hf auth login`)") from None  # fmt: skip
+    except RepositoryNotFoundError:
+        raise _not_found(key, name, revision, "no such repository on the hub (or it is "
+                         "private: log in with `hf auth login`)") from None  # fmt: skip
+    except RevisionNotFoundError:
+        raise _not_found(key, name, revision, "the hub has no such revision") from None
+    except LocalEntryNotFoundError:
+        why = ("not in the Hugging Face cache, and HF_HUB_OFFLINE forbids downloading it"
+               if offline else "not in the cache, and the hub could not be reached")  # fmt: skip
+        raise _not_found(key, name, revision, why) from None
+    except (HfHubHTTPError, OSError) as exc:
+        raise _not_found(key, name, revision, f"download failed ({exc})") from None
+    if not (folder / "config.json").is_file() or not _has_weights(folder):
+        raise _not_found(key, name, revision, f"the cached snapshot {folder} has no "
+                         "config.json or no weights (only part of it was fetched)")  # fmt: skip
+    return ResolvedModel(name, folder, folder.name)
+
+
+def config_file(
+    name: str, revision: str | None = None, *, key: str = "model.name_or_path"
+) -> Path | None:
+    """The ``config.json`` of model ``name`` alone (a few KB; the weights are not fetched):
+    a directory's, the hub cache's, or the hub's when the network is allowed. None when it
+    cannot be had here (offline and not cached, the hub unreachable, a gated repository).
+
+    Raises:
+        ModelNotFoundError: a path that is no model directory, a name that is neither a
+            path nor a hub id, or a repository or revision the hub says it does not have.
+    """
+    local = _local_dir(name, key)
+    if local is not None:
+        return local / "config.json"
+    from huggingface_hub import hf_hub_download
+    from huggingface_hub.errors import (
+        GatedRepoError,
+        HfHubHTTPError,
+        LocalEntryNotFoundError,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+    )
+
+    try:
+        return Path(
+            hf_hub_download(
+                name,
+                "config.json",
+                revision=revision,
+                cache_dir=hub_cache(),
+                local_files_only=is_offline(),
+            )
+        )
+    except GatedRepoError:
+        return None  # its config is gated too; the download says what to do
+    except RepositoryNotFoundError:
+        raise _not_found(key, name, revision, "no such repository on the hub (or it is "
+                         "private: log in with `hf auth login`)") from None  # fmt: skip
+    except RevisionNotFoundError:
+        raise _not_found(key, name, revision, "the hub has no such revision") from None
+    except (LocalEntryNotFoundError, HfHubHTTPError, OSError):
+        return None
+
+
+def check_remote_code(config_path: Path, trusted: bool, *, key: str) -> None:
+    """Refuses a model whose ``config.json`` maps its classes to its own code (``auto_map``)
+    unless ``trusted``: running a repository's Python is what ``trust_remote_code`` allows,
+    off by default as in transformers.
+
+    Raises:
+        RemoteCodeError: naming ``key`` (the setting that allows it).
+    """
+    if trusted:
+        return
+    try:
+        data = json.loads(config_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return  # loading the model reports an unreadable config itself
+    if isinstance(data, dict) and data.get("auto_map"):
+        raise RemoteCodeError(
+            f"the model in {config_path.parent} runs its own Python code (config.json's "
+            f"auto_map: {show(data['auto_map'])}); set {key}: true only if you trust that "
+            "repository"
+        )
