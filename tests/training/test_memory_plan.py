@@ -253,3 +253,59 @@ def test_the_shape_read_from_a_model_directory_is_the_hand_count(tmp_path):
     assert model_shape(two, hf).trainable == 2 * _LAYER + 1536  # and the final norm
     # the table a dry run falls back on holds the same architecture
     assert model_shape(config, known_config("Qwen/Qwen2.5-1.5B-Instruct")) == QWEN15
+
+
+@pytest.mark.parametrize("name", ["searchqa_3b_lora", "searchqa_7b_lora", "webshop_gpu"])
+def test_the_papers_larger_runs_plan_to_fit_one_80_gb_gpu(name, tmp_path, capsys, monkeypatch):
+    """The search runs (3B, 7B, LoRA) and WebShop (1.5B) fit an 80 GB card (79 GiB usable),
+    planned with nothing downloaded; docs/training.md prints each plan."""
+    from training.local.__main__ import main
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-cache"))
+    monkeypatch.setenv("GIGPO_FREE_MEMORY_GIB", "79")
+    assert main(["--config", name, "--dry-run", f"--out={tmp_path}/run"]) == 0
+    printed = capsys.readouterr().out
+    assert "fits: peak" in printed
+    plan = printed.splitlines()[:6]
+    documented = code_blocks("docs/training.md", "Models, LoRA and the paper's larger", "text")
+    assert plan in [block.splitlines() for block in documented]
+    if "lora" in name:
+        assert "LoRA rank 64" in plan[1] and "reference" not in plan[2]
+
+
+def test_a_7b_model_trained_in_full_is_refused_naming_lora_and_checkpointing(
+    tmp_path, capsys, monkeypatch
+):
+    from training.local.__main__ import main
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-cache"))
+    monkeypatch.setenv("GIGPO_FREE_MEMORY_GIB", "79")
+    with pytest.raises(SystemExit) as code:
+        main(["--config", "searchqa_7b_lora", "--dry-run", "--model.lora_rank=0"])
+    err = capsys.readouterr().err
+    assert code.value.code == 2 and "resident part alone" in err
+    assert "model.lora_rank" in err and "model.gradient_checkpointing" in err
+
+
+def test_the_plan_counts_the_adapters_peft_makes(tiny_model_dir, tmp_path):
+    """LoRA's trainable weights: PEFT's own count on a real model, and Qwen2.5-7B's by hand
+    (rank 64 on q, k, v, o and the MLP's three matrices of 28 layers)."""
+    from peft import get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from training.local.lora import adapter_parameters, lora_config
+    from training.local.shapes import known_config, model_shape
+
+    for targets in ("[all-linear]", "[q_proj, v_proj]", "down_proj"):
+        config = load_config("smoke", [f"--out={tmp_path}/r", "--model.lora_rank=8",
+                                       f"--model.lora_target_modules={targets}"])  # fmt: skip
+        model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+        counted = adapter_parameters(model, config.model)
+        peft = get_peft_model(model, lora_config(config.model))
+        assert counted == sum(p.numel() for p in peft.parameters() if p.requires_grad) > 0
+    seven = load_config("smoke", [f"--out={tmp_path}/r", "--model.lora_rank=64"])
+    h, kv, i = 3584, 512, 18944
+    layer = 64 * (2 * (h + h) + 2 * (h + kv) + 3 * (h + i))
+    assert model_shape(seven, known_config("Qwen/Qwen2.5-7B-Instruct")).trainable == 28 * layer

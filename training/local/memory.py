@@ -345,13 +345,20 @@ def check_fits(plan: MemoryPlan, free: int | None) -> None:
         )
     resident = sum(plan.resident.values())
     lora = "" if "LoRA" in str(plan.sizes.get("weights")) else (
-        "LoRA (model.lora_rank: 64 trains adapters on a frozen base held in the compute dtype, "
-        "and its reference is the base itself), "
+        "train LoRA adapters (model.lora_rank: 64: a frozen base held in the compute dtype, "
+        "whose reference is the base itself), "
     )  # fmt: skip
+    smaller = (f"{lora}or shrink it with model.dtype, model.trainable_layers, algo.kl_coef: 0 "
+               "(drops the reference)")  # fmt: skip
+    head = (f"the run does not fit {plan.device}: its memory plan peaks at {_size(plan.peak)} "
+            f"in {which}, {_size(need)} with headroom, and {_size(free)} is free")  # fmt: skip
+    if free > RESERVE and math.ceil(resident * (1 + HEADROOM)) + RESERVE > free:  # weights alone
+        raise ConfigError(
+            f"{head}; its resident part alone (weights, reference, optimizer) takes "
+            f"{_size(resident)}: {smaller}; then keep the activations small with "
+            "model.gradient_checkpointing: true. See the plan: gigpo-train --dry-run"
+        )
     raise ConfigError(
-        f"the run does not fit {plan.device}: its memory plan peaks at {_size(plan.peak)} in "
-        f"{which} ({_size(resident)} resident: weights, reference, optimizer), {_size(need)} "
-        f"with headroom, and {_size(free)} is free: {fix}; or make the resident part smaller: "
-        f"{lora}model.gradient_checkpointing: true, model.dtype, model.trainable_layers, "
-        "algo.kl_coef: 0 (drops the reference). See the plan: gigpo-train --dry-run"
+        f"{head} ({_size(resident)} resident: weights, reference, optimizer): {fix}; or make "
+        f"the resident part smaller: {smaller}. See the plan: gigpo-train --dry-run"
     )
