@@ -597,8 +597,8 @@ def test_step_layout_trains_every_step_of_50_step_alfworld_episodes(tiny_model_d
 # under both sample layouts, with gigpo_algo's three estimators spread over the modes (they
 # share one code path from the turn records to the tokens).
 
-#: flags, layout, estimator; LoRA's flags are added past the launcher, which refuses them
-#: (OpenRLHF 0.11.2 cannot sync a LoRA actor's weights to vLLM): the rest of the glue runs
+#: flags, layout, estimator; LoRA's flags are added past the launcher's checks (which
+#: accept them: test_openrlhf_lora.py runs the launcher and the merged weight sync)
 MODES = {
     "gspo-step": (["--actor.policy_loss_type", "gspo"], "step", "gigpo"),
     "gspo-episode": (["--actor.policy_loss_type", "gspo"], "episode", "grpo"),

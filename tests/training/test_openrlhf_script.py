@@ -184,7 +184,7 @@ def test_openrlhfs_own_estimators_get_the_episode_layout_and_refuse_the_step_one
             "vllm_generate_batch_size larger than --rollout.batch_size .* --train.async_enable",
         ),
         (["--rollout.batch_size", "4", "--rollout.vllm_generate_batch_size", "x"], "must be ints"),
-        (["--ds.lora.rank", "8"], "--ds.lora.rank: OpenRLHF 0.11.2 sends a LoRA actor's"),
+        (["--ds.lora.rank", "8", "--ds.load_in_4bit"], "--ds.load_in_4bit with --ds.lora.rank"),
         (
             [
                 "--data.max_len",

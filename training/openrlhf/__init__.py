@@ -19,7 +19,8 @@ order), :mod:`~training.openrlhf.modes` (the OpenRLHF modes a run turns on, chec
 :mod:`~training.openrlhf.layout` (the layout and its sizes, from the flags),
 :mod:`~training.openrlhf.command` (flags and the resolved command),
 :mod:`~training.openrlhf.patch` (the version-pinned glue, applied in every Ray worker),
+:mod:`~training.openrlhf.lora_sync` (a LoRA actor's weights to vLLM, merged),
 :mod:`~training.openrlhf.train` (the entry point), :mod:`~training.openrlhf.launch` (the
 launcher), ``agent_func.py`` (the file OpenRLHF's ``--train.agent_func_path`` loads).
-Only ``patch`` and ``train`` touch OpenRLHF or Ray, lazily.
+Only ``patch``, ``lora_sync`` and ``train`` touch OpenRLHF or Ray, lazily.
 """

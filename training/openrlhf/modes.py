@@ -1,7 +1,8 @@
 """The OpenRLHF modes a run turns on, checked before Ray starts (pure).
 
-OpenRLHF 0.11.2's asynchronous training, partial rollouts, dynamic filtering, GSPO, LoRA,
-packing, dynamic batches, colocation and prefix caching: which combinations cannot run (a
+OpenRLHF 0.11.2's asynchronous training, partial rollouts, dynamic filtering, GSPO, LoRA
+(whose weight sync to vLLM :mod:`training.openrlhf.lora_sync` makes work), packing, dynamic
+batches, colocation and prefix caching: which combinations cannot run (a
 :class:`~training.openrlhf.layout.UsageError` naming the flag and why) and what a user should
 know about the rest (warnings). What each mode does with GiGPO, and the test that shows it:
 docs/training.md#openrlhf-modes.
@@ -21,12 +22,7 @@ def check_modes(theirs: list[str], layout: str, gigpo_algo: bool, warnings: list
     """
     async_on = has_flag(theirs, "--train.async_enable")
     if flag_value(theirs, "--ds.lora.rank", "0").strip() not in ("0", ""):
-        raise UsageError(
-            "--ds.lora.rank: OpenRLHF 0.11.2 sends a LoRA actor's weights to the vLLM engines "
-            "under PEFT's parameter names and without merging the adapters, which vLLM's "
-            "load_weights cannot take (OpenRLHF issue #1081): the first weight sync would "
-            "fail, or the engines would keep sampling the base model. Train the full model"
-        )
+        check_lora(theirs)
     if has_flag(theirs, "--train.partial_rollout_enable") and not async_on:
         raise UsageError(
             "--train.partial_rollout_enable pauses generation across a weight sync of the "
@@ -81,4 +77,27 @@ def check_modes(theirs: list[str], layout: str, gigpo_algo: bool, warnings: list
             "sample pushes every token of an episode by the mean of its turns' advantages, "
             "so GiGPO's per-turn credit is averaged away; --gigpo.layout step keeps one "
             "advantage per sample"
+        )
+
+
+def check_lora(theirs: list[str]) -> None:
+    """Refuses what OpenRLHF 0.11.2 cannot run with a LoRA actor (``--ds.lora.rank`` > 0).
+
+    Raises:
+        UsageError: naming the flag and why.
+    """
+    if has_flag(theirs, "--ds.load_in_4bit"):
+        raise UsageError(
+            "--ds.load_in_4bit with --ds.lora.rank: the LoRA weight sync merges each adapter "
+            "into its layer's weight for vLLM, and a bitsandbytes 4-bit weight is packed, not "
+            "a tensor it can add to (vLLM loads the unquantized model); train LoRA on the "
+            "bf16 model"
+        )
+    if has_flag(theirs, "--train.enable_ema"):
+        raise UsageError(
+            "--train.enable_ema with --ds.lora.rank: OpenRLHF 0.11.2 builds the EMA model "
+            "without LoRA and averages it with the actor parameter by parameter in order "
+            "(DeepspeedStrategy.moving_average zips the two models' parameters), which pairs "
+            "each adapter with another layer's weight: the first average fails on their "
+            "shapes, or averages the wrong tensors where the shapes broadcast"
         )

@@ -12,6 +12,10 @@ episode. These methods are wrapped:
 * ``SamplesGenerator.generate_samples``: the training batch's episodes are replaced by their
   step samples, padded with filler samples that train nothing so that every optimizer step
   and micro-batch is whole (:func:`expand_step_samples`);
+* ``ActorPPOTrainer.broadcast_to_vllm``: for a LoRA actor (``--ds.lora.rank``), the engines
+  get the base model's weights with the adapters merged, under the base model's names
+  (:func:`training.openrlhf.lora_sync.broadcast_merged`), not PEFT's parameters; a full
+  model keeps OpenRLHF's own method;
 * ``RemoteExperienceMaker.compute_advantages_and_returns``: when the run's settings are in
   ``$GIGPO_OPENRLHF_SETTINGS``, OpenRLHF's length penalties shape the sample rewards as
   usual, and the advantages come from :func:`training.openrlhf.estimator.batch_advantages`
@@ -49,6 +53,7 @@ from typing import Any
 
 from training import import_hooks as hooks
 from training.import_hooks import wrap_methods
+from training.openrlhf import lora_sync
 from training.openrlhf.estimator import GiGPOSettings, apply_gigpo, episode_stats, read_records
 from training.openrlhf.filtering import FILTER_STATS, add_stats, filter_groups
 from training.openrlhf.samples import STEP_SAMPLES, expand_step_samples, step_samples
@@ -264,8 +269,28 @@ def _wrap_training_step(original: Callable) -> Callable:
     return training_step
 
 
+def _wrap_broadcast_to_vllm(original: Callable) -> Callable:
+    @functools.wraps(original)
+    def broadcast_to_vllm(self: Any) -> None:
+        model = self.actor.model.module  # the model DeepSpeed wraps, as OpenRLHF reads it
+        if not lora_sync.lora_layers(model):
+            return original(self)
+        return lora_sync.broadcast_merged(self, model)
+
+    return broadcast_to_vllm
+
+
 def patch_actor_module(module: Any) -> None:
-    wrap_methods(module.ActorPPOTrainer, {"training_step": _wrap_training_step})
+    missing = [n for n in lora_sync.ACTOR_MODULE_NAMES if not hasattr(module, n)]
+    if missing or not hasattr(module.ActorPPOTrainer, "broadcast_to_vllm"):
+        raise RuntimeError(
+            f"{ACTOR_MODULE} is not OpenRLHF {PINNED_VERSION}'s: the LoRA weight sync needs "
+            f"ActorPPOTrainer.broadcast_to_vllm and {list(lora_sync.ACTOR_MODULE_NAMES)} there"
+        )
+    wrap_methods(
+        module.ActorPPOTrainer,
+        {"training_step": _wrap_training_step, "broadcast_to_vllm": _wrap_broadcast_to_vllm},
+    )
 
 
 def patch_samples_module(module: Any) -> None:

@@ -14,9 +14,14 @@ Everything around the engine (OpenRLHF's actor, the executor, the environments) 
 It keeps the engine states OpenRLHF drives, so that a test sees them used in order: asleep
 (``sleep``; ``wake_up`` by tag; generating while the weights or the KV cache sleep is an
 error), paused (``pause_generation``: requests wait until ``resume_generation``), the
-weights version (``collective_rpc("update_weight", ...)`` counts one weight sync; each token's
-log-prob is ``-1 - version``, so a sample tells which weights generated it) and prefix-cache
-resets.
+weights version (each token's log-prob is ``-1 - version``, so a sample tells which weights
+generated it) and prefix-cache resets.
+
+Weight syncs: before a sync group is joined (``collective_rpc("init_process_group", ...)``),
+one ``update_weight`` call stands for a whole sync and counts one version. After it, and for
+``update_weight_cuda_ipc``, the calls are OpenRLHF's own, one per tensor, received and loaded
+by :class:`~vllm.weight_sync.WeightSync` (a wrong name, shape or dtype is an error, as in
+vLLM); the call that OpenRLHF marks last (``empty_cache``) counts the version.
 """
 
 from __future__ import annotations
@@ -28,6 +33,8 @@ import random
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
+
+from vllm.weight_sync import WeightSync
 
 #: OpenRLHF 0.11.2's ``vllm`` extra pins vLLM 0.29.0; its version checks read this.
 __version__ = "0.29.0+gigpo.standin"
@@ -89,6 +96,7 @@ class ScriptedEngine:
         self.rng = random.Random(self.seed)
         self.turns: dict[str, int] = {}
         self.running: asyncio.Event | None = None
+        self.sync = WeightSync(self.model, str(self.engine_args.get("dtype", "bfloat16")))
 
     def _resume_event(self) -> asyncio.Event:
         if self.running is None:  # made in the engine's own event loop
@@ -120,12 +128,20 @@ class ScriptedEngine:
         self.prefix_cache_resets += 1
 
     async def collective_rpc(self, method: str, args: tuple = ()) -> list:
-        """The weight sync's worker calls; ``update_weight`` counts one sync."""
-        if method != "update_weight":
+        """The weight sync's worker calls (see the module docstring)."""
+        if method == "init_process_group":
+            self.sync.init_process_group(*args)
+            return [None]
+        if method not in ("update_weight", "update_weight_cuda_ipc"):
             raise NotImplementedError(f"vllm stand-in: collective_rpc {method!r}")
         if "weights" in self.asleep:
-            raise RuntimeError("vllm stand-in: update_weight while the weights sleep")
-        self.weights_version += 1
+            raise RuntimeError(f"vllm stand-in: {method} while the weights sleep")
+        if method == "update_weight" and self.sync.group is None:
+            self.weights_version += 1  # one call for a whole sync
+            return [None]
+        getattr(self.sync, method)(*args)
+        if args[-1]:  # empty_cache: OpenRLHF's last tensor of a sync
+            self.weights_version += 1
         return [None]
 
     def _answer(self, prompt_ids: list[int]) -> str:
