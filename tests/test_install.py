@@ -153,8 +153,24 @@ def test_verl_launcher_and_plugin_entry_point_from_an_install(installed):
     assert value == "training.verl.plugin" and "site-packages" in origin
 
 
+def test_the_documented_gpu_dry_run_needs_no_model_and_no_data(installed, tmp_path):
+    """README's ``gigpo-train --config alfworld_gpu --dry-run`` from the wheel, on a machine
+    with no network, an empty Hugging Face cache and no ALFWorld games."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    env |= {"HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(tmp_path / "cache"),
+            "ALFWORLD_DATA": str(tmp_path / "none"), "GIGPO_FREE_MEMORY_GIB": "79"}  # fmt: skip
+    done = subprocess.run(
+        [str(installed["venv"] / "bin" / "gigpo-train"), "--config", "alfworld_gpu", "--dry-run"],
+        cwd=installed["cwd"], env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "peak: 54.50 GiB" in done.stdout and "fits: peak" in done.stdout
+    assert "not checked here: the env" in done.stdout
+
+
 def test_console_scripts_and_top_level_modules(installed):
-    for script in ("gigpo-evaluate", "gigpo-quickstart", "gigpo-view", "gigpo-train"):
+    for script in ("gigpo-evaluate", "gigpo-quickstart", "gigpo-view", "gigpo-train",
+                   "gigpo-export"):  # fmt: skip
         done = _run([str(installed["venv"] / "bin" / script), "--help"], cwd=installed["cwd"])
         assert "usage" in done.stdout.lower(), script
     # The pinned evaluation suites ship in the wheel and are found by name.
