@@ -31,19 +31,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-#: Qwen2.5-1.5B's architecture (from its published config.json).
-QWEN25_15B = {
-    "hidden_size": 1536,
-    "intermediate_size": 8960,
-    "num_hidden_layers": 28,
-    "num_attention_heads": 12,
-    "num_key_value_heads": 2,
-    "vocab_size": 151936,
-    "max_position_embeddings": 32768,
-    "rope_theta": 1000000.0,
-    "rms_norm_eps": 1e-6,
-    "tie_word_embeddings": True,
-}
+from training.local.shapes import KNOWN_ARCHITECTURES  # noqa: E402
+
+#: Qwen2.5-1.5B's architecture (from its published config.json; the trainer's table).
+QWEN25_15B = {k: v for k, v in KNOWN_ARCHITECTURES["Qwen/Qwen2.5-1.5B-Instruct"].items()
+              if k not in ("model_type", "hidden_act")}  # fmt: skip
 
 
 def build_sized_model(directory: Path, dtype: str) -> Path:

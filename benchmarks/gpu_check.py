@@ -19,7 +19,13 @@ trainer's own functions, each part in a process of its own (peaks are per proces
   512 tokens, prompts up to 2,048): the time split and peak, scaled to 50 steps (target:
   within 2x the paper's 363 s an iteration) and the plan's peak (target: under 80 GiB);
 - ``static``: the trainer's ``generate`` with ``cache="static"``: the first call (compiles),
-  a second, and a third with fewer live rows (the same shape: nothing recompiles).
+  a second, and a third with fewer live rows (the same shape: nothing recompiles);
+- ``lora``: ``configs/searchqa_7b_lora.yaml``'s shapes on Qwen2.5-7B's architecture (random
+  bfloat16 weights made on the GPU, rank-64 adapters on every linear layer through the
+  trainer's :mod:`training.local.lora`, gradient checkpointing): the trainer's ``generate``
+  for 40 rows x 4,096 + 512 tokens and one ``policy_update`` step (8 rows x 4,608 tokens in
+  micro-batches of 9,216, the reference the base with the adapters off), each peak against
+  the memory plan's (target: within the plan, which must stay under 80 GiB).
 
     bash benchmarks/gpu_check.sh                 # on the GPU machine (under 8 minutes)
     python benchmarks/gpu_check.py --tiny        # the same on this CPU at toy sizes
@@ -41,19 +47,21 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-PARTS = ("limits", "generate", "static", "update", "resume", "iteration")
+PARTS = ("limits", "generate", "static", "update", "resume", "iteration", "lora")
 #: The paper's run, and a toy of it for a dry run on a CPU.
 SIZES = {
     "full": {"device": "cuda", "gen_rows": 128, "gen_prompt": 1024, "gen_new": 512,
              "update_rows": 16, "update_prompt": 2048, "update_response": 512,
              "micro_batch_tokens": 6144, "groups": 16, "group_size": 8, "steps": 10,
              "new": 512, "prompt_cap": 2048, "paper_seconds": 363.0, "paper_steps": 50,
-             "static_rows": 100, "fits_gib": 80.0},
+             "static_rows": 100, "fits_gib": 80.0, "lora_rows": 40, "lora_prompt": 4096,
+             "lora_new": 512, "lora_update_rows": 8, "lora_micro_tokens": 9216},
     "tiny": {"device": "cpu", "gen_rows": 4, "gen_prompt": 32, "gen_new": 8,
              "update_rows": 4, "update_prompt": 48, "update_response": 16,
              "micro_batch_tokens": 128, "groups": 2, "group_size": 2, "steps": 2,
              "new": 8, "prompt_cap": 1024, "paper_seconds": 363.0, "paper_steps": 50,
-             "static_rows": 3, "fits_gib": 80.0},
+             "static_rows": 3, "fits_gib": 80.0, "lora_rows": 4, "lora_prompt": 32,
+             "lora_new": 8, "lora_update_rows": 4, "lora_micro_tokens": 80},
 }  # fmt: skip
 
 
@@ -423,6 +431,93 @@ def part_iteration(size: dict, model_dir: Path) -> None:
     })  # fmt: skip
 
 
+def part_lora(size: dict, model_dir: Path) -> None:
+    import numpy as np
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from training.local.decoding import generate
+    from training.local.lora import BaseReference, add_adapters
+    from training.local.memory import model_shape, plan_memory
+    from training.local.model import enable_checkpointing, load_tokenizer, make_optimizer
+    from training.local.policy import policy_update
+    from training.local.precision import prepare_models
+    from training.local.shapes import known_config
+    from training.records import StepRecords
+
+    device, tiny = size["device"], size["device"] == "cpu"
+    rows, prompt, new = size["lora_rows"], size["lora_prompt"], size["lora_new"]
+    hf = AutoConfig.from_pretrained(model_dir) if tiny else known_config("Qwen/Qwen2.5-7B")
+    with tempfile.TemporaryDirectory() as tmp:
+        config = _config(size, model_dir, Path(tmp), "--model.lora_rank=64",
+                         "--model.lora_alpha=64", "--model.gradient_checkpointing=true",
+                         f"--env.num_groups={rows // 2}", "--env.group_size=2",
+                         "--eval.groups=1", "--algo.kl_coef=0.001",
+                         f"--algo.minibatch_size={size['lora_update_rows']}",
+                         f"--algo.micro_batch_tokens={size['lora_micro_tokens']}",
+                         f"--rollout.max_prompt_tokens={prompt}",
+                         f"--rollout.max_new_tokens={new}")  # fmt: skip
+    plan = plan_memory(config, model_shape(config, hf), prompt)
+    tok = load_tokenizer(model_dir)
+    torch.manual_seed(0)
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(torch.bfloat16)  # the frozen base, made in the compute dtype
+    try:
+        with torch.device(device):
+            model = AutoModelForCausalLM.from_config(hf)
+    finally:
+        torch.set_default_dtype(default)
+    model.eval()
+    enable_checkpointing(model)
+    adapter = add_adapters(model, config.model)
+    policy = adapter.get_base_model()
+    prepare_models("bfloat16", device, policy)
+    optimizer = make_optimizer(policy, 1e-5, 0.0)
+    row = {"what": "lora", "size": {"rows": rows, "prompt": prompt, "new": new,
+                                    "update_rows": size["lora_update_rows"],
+                                    "micro_batch_tokens": size["lora_micro_tokens"]},
+           "adapter_parameters": sum(p.numel() for p in policy.parameters() if p.requires_grad),
+           "plan_generation_peak_gib": round(plan.generation_peak / 2**30, 2),
+           "plan_update_peak_gib": round(plan.update_peak / 2**30, 2),
+           "target": "each measured peak within the plan's; the plan under 80 GiB"}  # fmt: skip
+    prompts = _random_prompts(tok, rows, prompt)
+    try:
+        reset_peak(device)
+        sync(device)
+        tick = time.perf_counter()
+        with torch.autocast("cuda" if device.startswith("cuda") else "cpu", torch.bfloat16):
+            ids, _ = generate(policy, tok, prompts, max_new_tokens=new, temperature=1.0)
+        sync(device)
+        seconds = time.perf_counter() - tick
+        tokens = sum(len(r) for r in ids)
+        row["generate"] = {"seconds": round(seconds, 2), "tokens_per_s": round(tokens / seconds),
+                           "peak_gib": peak_gib(device)}  # fmt: skip
+        del ids
+        records = StepRecords()
+        g = torch.Generator().manual_seed(1)
+        for i in range(size["lora_update_rows"]):
+            ids = torch.randint(10, len(tok) - 10, (prompt + new,), generator=g).tolist()
+            records.append(prompt_ids=ids[:prompt], response_ids=ids[prompt:],
+                           old_log_probs=[-1.0] * new, reward=0.0, anchor="", anchor_text=None,
+                           group_id=0, traj_id=i, is_action_valid=True)  # fmt: skip
+        reset_peak(device)
+        best = float("inf")
+        for attempt in range(2):  # the first is a warm-up (and creates AdamW's state)
+            sync(device)
+            tick = time.perf_counter()
+            policy_update(policy, BaseReference(adapter), optimizer, records,
+                          np.linspace(-1, 1, len(records)), config.algo,
+                          pad_id=tok.pad_token_id, temperature=1.0, max_grad_norm=1.0,
+                          generator=np.random.default_rng(0), compute_dtype="bfloat16")  # fmt: skip
+            sync(device)
+            if attempt:
+                best = min(best, time.perf_counter() - tick)
+        row["update"] = {"seconds": round(best, 2), "peak_gib": peak_gib(device)}
+    except torch.OutOfMemoryError as exc:
+        row.update(out_of_memory=str(exc)[:200], peak_gib=peak_gib(device))
+    emit(row)
+
+
 def drive(args: argparse.Namespace) -> int:
     """Builds the model once, then runs each part in a process of its own (its own peak)."""
     size_name = "tiny" if args.tiny else "full"
@@ -472,7 +567,8 @@ def main(argv: list[str] | None = None) -> int:
         return drive(args)
     size = SIZES["tiny" if args.tiny else "full"]
     run = {"limits": part_limits, "generate": part_generate, "static": part_static,
-           "update": part_update, "resume": part_resume, "iteration": part_iteration}  # fmt: skip
+           "update": part_update, "resume": part_resume, "iteration": part_iteration,
+           "lora": part_lora}  # fmt: skip
     run[args.part](size, Path(args.model_dir))
     return 0
 
