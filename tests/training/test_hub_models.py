@@ -53,6 +53,11 @@ def test_training_by_id_records_the_id_and_the_commit(hub, tmp_path):
     train(config)
     saved = json.loads((tmp_path / "run" / "config.json").read_text())
     assert saved["model"]["name_or_path"] == REPO_ID and saved["model"]["revision"] == hub
+    # the same config, unpinned, is the same run (a study checks its folders so); the
+    # trainer pins it to the commit it resolves to before comparing
+    from training.local.resume import config_changes
+
+    assert config_changes(saved, load_config("smoke", _args(tmp_path))) == []
     # the recorded config loads and resumes on the same commit; another commit is refused
     resumed = load_config(tmp_path / "run" / "config.json", ["--run.iterations=2"])
     assert resumed.model.revision == hub

@@ -41,7 +41,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--model",
-        help="a run directory of ours (its checkpoint), smollm2, tiny-random or a HF model dir",
+        help="a run directory of ours (its checkpoint), smollm2, tiny-random, a hub id or a "
+        "model dir",
     )
     parser.add_argument(
         "--config",

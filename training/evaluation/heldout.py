@@ -8,8 +8,9 @@ decoding the numbers are the ones the trainer logs as ``eval_*`` (tested). One r
 task.
 
 The model is a run directory of ours (its ``config.json`` and ``checkpoint/``: the trained
-weights; the run's config is then the default config), ``smollm2``, ``tiny-random`` or a
-local Hugging Face model directory. Prompts are the config's (``template``: the env's
+weights, or its LoRA adapters merged; the run's config is then the default config),
+``smollm2``, ``tiny-random``, a Hugging Face hub id (through the hub cache,
+:mod:`training.hub`) or a local model directory. Prompts are the config's (``template``: the env's
 template with the config's changes, as in training) or a ReAct-style variant (``react``:
 reason inside ``<think>`` first, then act; the answer starts with ``<think>``).
 

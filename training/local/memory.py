@@ -172,8 +172,6 @@ def run_plan(config: TrainConfig, model_dir: Path | None) -> MemoryPlan:
         ConfigError: an uncapped prompt without a model directory to count it with, or a
             model whose config cannot be had here.
     """
-    from transformers import AutoConfig
-
     from training.local.shapes import plan_config
 
     prompt = config.rollout.max_prompt_tokens
@@ -189,11 +187,7 @@ def run_plan(config: TrainConfig, model_dir: Path | None) -> MemoryPlan:
     if model_dir is None:
         hf, where = plan_config(config)
     else:
-        trust = config.model.trust_remote_code
-        hf = AutoConfig.from_pretrained(
-            str(model_dir), local_files_only=True, trust_remote_code=trust
-        )
-        where = str(model_dir / "config.json")
+        hf, where = model_dir, str(model_dir / "config.json")
     plan = plan_memory(config, model_shape(config, hf), prompt)
     plan.sizes["prompt_source"] = source
     plan.model_config = where

@@ -107,6 +107,10 @@ def config_changes(saved: dict[str, Any], config: TrainConfig) -> list[str]:
         before.get("model.name_or_path")
     ):
         before["model.name_or_path"] = "tiny-random"
+    if now.get("model.revision") is None and before.get("model.name_or_path") == now.get(
+        "model.name_or_path"
+    ):  # an unpinned hub id: the trainer pins it to the commit it resolves to, then compares
+        before.pop("model.revision", None)
     for key in set(now) - set(before):
         before[key] = defaults.get(key, "<absent>")
     changes = []

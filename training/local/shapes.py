@@ -134,17 +134,27 @@ class ModelShape:
     """The decoder without its output head: PPO's critic's body."""
 
 
-def model_shape(config: TrainConfig, hf: Any) -> ModelShape:
-    """The :class:`ModelShape` of ``hf`` (a transformers config) under the run's
-    ``model.trainable_layers`` or ``model.lora_*``: the model is built on PyTorch's meta
-    device, where weights take no memory, to count them."""
+def model_shape(config: TrainConfig, hf: Any = None) -> ModelShape:
+    """The :class:`ModelShape` of the run's model under its ``model.trainable_layers`` or
+    ``model.lora_*``: the model is built on PyTorch's meta device, where weights take no
+    memory, to count them.
+
+    Args:
+        hf: a transformers config, a model directory (its ``config.json`` is read), or None
+            (:func:`plan_config`'s).
+    """
     import torch
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoConfig, AutoModelForCausalLM
 
     from training.local.lora import adapter_parameters
     from training.local.model import limit_trainable_layers
 
     m = config.model
+    if hf is None:
+        hf = plan_config(config)[0]
+    elif isinstance(hf, str | Path):
+        hf = AutoConfig.from_pretrained(str(hf), local_files_only=True,
+                                        trust_remote_code=m.trust_remote_code)  # fmt: skip
     text = hf.get_text_config(decoder=True) if hasattr(hf, "get_text_config") else hf
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(hf, trust_remote_code=m.trust_remote_code)
