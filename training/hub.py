@@ -22,7 +22,7 @@ from training.text import show
 
 __all__ = [
     "WEIGHT_PATTERNS", "ModelNotFoundError", "RemoteCodeError", "ResolvedModel",
-    "check_remote_code", "config_file", "fetch_command", "hub_cache", "is_hub_id",
+    "cached_model", "check_remote_code", "config_file", "fetch_command", "hub_cache", "is_hub_id",
     "is_offline", "resolve_model",
 ]  # fmt: skip
 
@@ -98,8 +98,9 @@ def fetch_command(name: str, revision: str | None) -> str:
 
 def _not_found(key: str, name: str, revision: str | None, why: str) -> ModelNotFoundError:
     at = f" at revision {show(revision)}" if revision else ""
+    path = f" (nor is there a local directory {name})" if "/" in name else ""
     return ModelNotFoundError(
-        f"{key}={show(name)}{at}: {why}; fetch it with `{fetch_command(name, revision)}` "
+        f"{key}={show(name)}{at}: {why}{path}; fetch it with `{fetch_command(name, revision)}` "
         f"(into {hub_cache()}), or give a local model directory"
     )
 
@@ -131,7 +132,11 @@ def _has_weights(folder: Path) -> bool:
 
 
 def resolve_model(
-    name: str, revision: str | None = None, *, key: str = "model.name_or_path"
+    name: str,
+    revision: str | None = None,
+    *,
+    key: str = "model.name_or_path",
+    trust_remote_code: bool = False,
 ) -> ResolvedModel:
     """The local folder of model ``name``: a directory as it is, a hub id through the hub
     cache (downloading the files :data:`WEIGHT_PATTERNS` names when the network is allowed).
@@ -140,6 +145,7 @@ def resolve_model(
         revision: a branch, tag or commit of a hub id (None: ``main``); not read for a
             directory.
         key: the setting that named the model, for messages.
+        trust_remote_code: also fetch the repository's Python files (its own model code).
 
     Raises:
         ModelNotFoundError: no such directory, an id not in the cache while offline (or
@@ -158,16 +164,17 @@ def resolve_model(
     )
 
     offline = is_offline()
+    patterns = WEIGHT_PATTERNS + (["*.py"] if trust_remote_code else [])
+
+    def fetch(allowed: list[str]) -> Path:
+        return Path(snapshot_download(name, revision=revision, cache_dir=hub_cache(),
+                                      local_files_only=offline, allow_patterns=allowed,
+                                      ignore_patterns=["consolidated*"]))  # fmt: skip
+
     try:
-        folder = Path(
-            snapshot_download(
-                name,
-                revision=revision,
-                cache_dir=hub_cache(),
-                local_files_only=offline,
-                allow_patterns=WEIGHT_PATTERNS,
-            )
-        )
+        folder = fetch(patterns)
+        if not offline and not _has_weights(folder):  # an older repository: .bin weights
+            folder = fetch(["pytorch_model*.bin", "pytorch_model*.json"])
     except GatedRepoError:
         raise _not_found(key, name, revision, "a gated repository: accept its terms on the "
                          "hub and log in (`hf auth login`)") from None  # fmt: skip
@@ -186,6 +193,21 @@ def resolve_model(
         raise _not_found(key, name, revision, f"the cached snapshot {folder} has no "
                          "config.json or no weights (only part of it was fetched)")  # fmt: skip
     return ResolvedModel(name, folder, folder.name)
+
+
+def cached_model(name: str, revision: str | None = None) -> Path | None:
+    """The hub cache's snapshot of hub id ``name`` (at ``revision``) when it holds the model's
+    config and tokenizer, without any download; None otherwise."""
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
+
+    try:
+        folder = Path(snapshot_download(name, revision=revision, cache_dir=hub_cache(),
+                                        local_files_only=True))  # fmt: skip
+    except (LocalEntryNotFoundError, HfHubHTTPError, OSError, ValueError):
+        return None
+    found = (folder / "config.json").is_file() and (folder / "tokenizer_config.json").is_file()
+    return folder if found else None
 
 
 def config_file(

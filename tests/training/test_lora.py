@@ -14,7 +14,9 @@ import torch
 from training.local.config import ConfigError, load_config
 from training.local.train import train
 
-LORA = ["--model.lora_rank=4", "--model.lora_alpha=8", "--optim.lr=1e-2"]
+#: bfloat16 compute on every CPU (autocast), as on a GPU: the base is held in bfloat16.
+LORA = ["--model.lora_rank=4", "--model.lora_alpha=8", "--optim.lr=1e-2",
+        "--model.compute_dtype=bfloat16"]  # fmt: skip
 SOKOBAN = [
     "--env.id=gigpo/Sokoban-v0",
     "--env.kwargs={dim_room: [6, 6], num_boxes: 1, max_steps: 3}",
@@ -56,6 +58,7 @@ def test_only_the_adapters_train_and_are_saved_in_peft_format(lora_run, tiny_mod
     assert not (out / "checkpoint" / "model.safetensors").exists()
     saved = json.loads((adapter / "adapter_config.json").read_text())
     assert saved["r"] == 4 and saved["lora_alpha"] == 8 and saved["peft_type"] == "LORA"
+    assert saved["base_model_name_or_path"] == str(tiny_model_dir)  # the name the run used
     # PEFT itself loads it on the base; the adapters moved the outputs, the base is untouched
     base = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
     with_adapter = PeftModel.from_pretrained(base, adapter)
@@ -105,6 +108,7 @@ def test_the_reference_is_the_base_with_the_adapters_off(tiny_model_dir, tmp_pat
     from training.local.lora import BaseReference
     from training.local.model import load_model, load_models
     from training.local.policy import reference_log_probs
+    from training.local.precision import compute, prepare_models
     from training.records import StepRecords
 
     config = _config(tiny_model_dir, tmp_path / "run")
@@ -121,26 +125,30 @@ def test_the_reference_is_the_base_with_the_adapters_off(tiny_model_dir, tmp_pat
                    is_action_valid=True, prompt_ids=[5, 17, 42, 9], response_ids=[99, 7, 3],
                    old_log_probs=[0.0, 0.0, 0.0])  # fmt: skip
     batch = make_batch(records, np.array([0]), np.array([0.5]), 0, models.policy.device)
-    from training.local.precision import resolve_compute_dtype
-
-    held = resolve_compute_dtype(config.model.compute_dtype, "cpu")[0]  # the base's dtype
-    assert next(p for p in models.policy.parameters() if not p.requires_grad).dtype == getattr(
-        torch, held
-    )
-    base = load_model(tiny_model_dir, held, trainable=False)
-    expected = token_log_probs(base, batch)
-    reference = reference_log_probs(models.reference, batch, 1.0)
-    assert torch.equal(reference, expected)
-    with torch.no_grad():
-        assert not torch.allclose(token_log_probs(models.policy, batch), expected, atol=1e-4)
+    dtypes = {n: p.dtype for n, p in models.policy.named_parameters()}
+    assert dtypes["model.layers.0.self_attn.q_proj.base_layer.weight"] == torch.bfloat16
+    assert dtypes["model.layers.0.self_attn.q_proj.lora_A.default.weight"] == torch.float32
+    assert models.policy.get_output_embeddings().weight.dtype == torch.float32  # float32 logits
+    base = load_model(tiny_model_dir, "bfloat16", trainable=False)
+    base.get_output_embeddings().to(torch.float32)
+    prepare_models("bfloat16", "cpu", models.policy, base)  # as the trainer runs them
+    models.policy.train()  # the reference pass runs in eval mode all the same
+    with compute("bfloat16", "cpu"), torch.no_grad():
+        expected = token_log_probs(base, batch)
+        reference = reference_log_probs(models.reference, batch, 1.0)
+        assert models.policy.training  # its mode is back
+        assert torch.equal(reference, expected)
+        tuned = token_log_probs(models.policy, batch)
+    assert not torch.allclose(tuned, expected, atol=1e-4)
 
 
 def test_resume_is_bit_exact(tiny_model_dir, tmp_path):
     from training.local.checkpoint_files import read_tensors
 
-    straight = train(_config(tiny_model_dir, tmp_path / "straight"))
-    train(_config(tiny_model_dir, tmp_path / "resumed", "--run.iterations=1"))
-    resumed = train(_config(tiny_model_dir, tmp_path / "resumed"))
+    ckpt = "--model.gradient_checkpointing=true"  # with PEFT's adapters: the shipped setting
+    straight = train(_config(tiny_model_dir, tmp_path / "straight", ckpt))
+    train(_config(tiny_model_dir, tmp_path / "resumed", "--run.iterations=1", ckpt))
+    resumed = train(_config(tiny_model_dir, tmp_path / "resumed", ckpt))
     assert [r["iteration"] for r in resumed] == [1]
     for key in straight[1].keys() - {k for k in straight[1] if k.startswith("time_")}:
         assert resumed[0][key] == straight[1][key], key

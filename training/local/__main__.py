@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from training.local.config import ConfigError, TrainConfig, load_config
 from training.local.resume import REFUSALS
@@ -74,11 +75,9 @@ def dry_run(config: TrainConfig) -> int:
     """
     import json
     import tempfile
-    from pathlib import Path
 
     from training.local.checks import env_problem
     from training.local.memory import GIB, check_fits, free_memory, run_plan
-    from training.local.model import resolve_model_path
 
     m = config.model
     unchecked = []
@@ -91,7 +90,7 @@ def dry_run(config: TrainConfig) -> int:
         # tiny model is built in seconds into a folder removed after): the plan itself
         # needs the model's config alone.
         if not config.rollout.max_prompt_tokens and problem is None:
-            model_dir = resolve_model_path(m, Path(tmp))
+            model_dir = _tokenizer_dir(config, Path(tmp))
         plan = run_plan(config, model_dir)
     if config.rollout.max_prompt_tokens:
         unchecked.append(
@@ -113,6 +112,20 @@ def dry_run(config: TrainConfig) -> int:
     check_fits(plan, free)
     print(f"fits: peak {plan.peak / GIB:.2f} GiB of {free / GIB:.1f} GiB free on {m.device}")
     return 0
+
+
+def _tokenizer_dir(config: TrainConfig, tmp: Path) -> Path | None:
+    """A folder with the model's tokenizer that needs no download: a packaged model, a
+    directory, or a hub id's cached snapshot; None otherwise (the plan then asks for
+    ``rollout.max_prompt_tokens``)."""
+    from training.hub import cached_model
+    from training.local.model import resolve_model_path
+    from training.local.model_checks import PACKAGED_MODELS
+
+    m = config.model
+    if m.name_or_path in PACKAGED_MODELS or Path(m.name_or_path).expanduser().exists():
+        return resolve_model_path(m, tmp)
+    return cached_model(m.name_or_path, m.revision)
 
 
 if __name__ == "__main__":

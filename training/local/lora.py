@@ -94,8 +94,16 @@ class BaseReference:
 
     @contextlib.contextmanager
     def off(self) -> Iterator[None]:
-        with self.adapter.disable_adapter():
-            yield
+        """The base model's outputs: adapters off, and in eval mode (no dropout), as a
+        separate reference runs."""
+        model = self.model
+        training = model.training
+        model.eval()
+        try:
+            with self.adapter.disable_adapter():
+                yield
+        finally:
+            model.train(training)
 
 
 def save_adapter(adapter: Any, directory: Path) -> None:

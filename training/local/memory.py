@@ -126,7 +126,12 @@ def plan_memory(config: TrainConfig, shape: ModelShape, prompt_tokens: int) -> M
     s = shape
     trainable = s.trainable + (s.body + s.hidden + 1 if ppo else 0)
     plan.resident = {
-        "policy": s.parameters * c + s.trainable * w if lora else s.parameters * w,
+        # under LoRA: the base in the compute dtype, its output head float32, the adapters
+        "policy": (
+            s.parameters * c + s.vocab * s.hidden * (4 - c) + s.trainable * w
+            if lora
+            else s.parameters * w
+        ),
         "reference": s.parameters * w if a.kl_coef > 0 and not lora else 0,
         "critic": (s.body + s.hidden + 1) * w if ppo else 0,
         "optimizer": 2 * trainable * w,

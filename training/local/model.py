@@ -1,6 +1,6 @@
-"""What a run trains, built from its config: the policy and its tokenizer from a local model
-directory, the frozen reference, the optimizers, PPO's critic (:func:`load_models`), and the
-learning-rate schedule they follow (:func:`learning_rate`)."""
+"""What a run trains, built from its config: the policy and its tokenizer (a hub id, a
+model directory, or a packaged model), the frozen reference, the optimizers, PPO's critic
+(:func:`load_models`), and the learning-rate schedule they follow (:func:`learning_rate`)."""
 
 from __future__ import annotations
 
@@ -54,7 +54,8 @@ def model_source(config: ModelConfig, out: Path) -> ResolvedModel:
         from training.smollm2 import smollm2_path
 
         return ResolvedModel(config.name_or_path, smollm2_path())
-    source = resolve_model(config.name_or_path, config.revision)
+    source = resolve_model(config.name_or_path, config.revision,
+                           trust_remote_code=config.trust_remote_code)  # fmt: skip
     check_remote_code(source.path / "config.json", config.trust_remote_code,
                       key="model.trust_remote_code")  # fmt: skip
     return source
@@ -293,9 +294,16 @@ def load_models(config: TrainConfig, out: Path) -> Models:
         enable_checkpointing(policy)
     adapter = reference = None
     if lora:
+        import torch
+
         from training.local.lora import BaseReference, add_adapters
 
+        # The output head stays float32, as under full training's autocast: bfloat16 logits
+        # carry 8 bits of mantissa (a tied head keeps the embeddings float32 with it).
+        policy.get_output_embeddings().to(torch.float32)
         adapter = add_adapters(policy, m)
+        settings = adapter.peft_config["default"]  # what PEFT's adapter_config.json records
+        settings.base_model_name_or_path, settings.revision = m.name_or_path, m.revision
         policy = adapter.get_base_model()
         policy.eval()
         if config.algo.kl_coef > 0:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from training.guarded import GuardError, read_json_file
+from training.hub import ModelNotFoundError, RemoteCodeError
 from training.local.checkpoint import (
     CheckpointReadError,
     UnsafeCheckpointError,
@@ -34,7 +35,8 @@ class ResumeConfigError(ValueError):
 
 #: What refuses a run before it trains or resumes, each with a message that names the file,
 #: key or holder: another process or kind of output in --out (FolderLockError), a checkpoint
-#: of another config, in the old pickled format, or damaged, a memory plan that does not fit.
+#: of another config, in the old pickled format, or damaged, a memory plan that does not fit,
+#: a model that cannot be had here or runs code it may not.
 #: The commands that train (``gigpo-train``, the quickstart) exit 2 with the message.
 REFUSALS = (
     FolderLockError,
@@ -42,6 +44,8 @@ REFUSALS = (
     UnsafeCheckpointError,
     CheckpointReadError,
     ConfigError,
+    ModelNotFoundError,
+    RemoteCodeError,
 )
 
 

@@ -29,7 +29,6 @@ from training.local.metrics import MetricsLog, iteration_row, plot_curves, read_
 from training.local.model import (
     learning_rate,
     load_models,
-    model_source,
     require_train_extra,
     resolve_model_path,
 )
@@ -87,11 +86,15 @@ def _train_held(config: TrainConfig) -> list[dict[str, Any]]:
     threads = ThreadGovernor(config.run.threads)
     threads.update()
     dtype, why = resolve_compute_dtype(config.model.compute_dtype, config.model.device)
-    print(f"training: compute {dtype} ({why}); weights {config.model.dtype}; torch threads "
+    weights = (
+        f"{dtype} base, {config.model.dtype} LoRA" if config.model.lora_rank else config.model.dtype
+    )
+    print(f"training: compute {dtype} ({why}); weights {weights}; torch threads "
           f"{'fixed at ' if config.run.threads else 'chosen per iteration, now '}"
           f"{threads.threads} of {threads.cores} cores", file=sys.stderr)  # fmt: skip
     # The memory plan, before any weight loads: a run that cannot fit stops here.
-    plan = run_plan(config, resolve_model_path(config.model, out))
+    capped = config.rollout.max_prompt_tokens > 0  # else the tokenizer counts a first prompt
+    plan = run_plan(config, None if capped else resolve_model_path(config.model, out))
     print("\n".join(plan.lines()), file=sys.stderr)
     check_fits(plan, free_memory(config.model.device))
     _seed_everything(config.run.seed)
@@ -222,16 +225,20 @@ def _after(done: int, every: int, iterations: int) -> bool:
 
 
 def _pin_revision(config: TrainConfig) -> None:
-    """Resolves a hub id (fetching it where allowed) and records the commit it resolved to
-    as ``model.revision``: the run's ``config.json`` names the exact weights, and a resume
-    on other weights (the branch moved on) is refused by the config check."""
+    """Records the commit a hub id resolves to as ``model.revision`` (from its
+    ``config.json`` alone: the weights are fetched once the memory plan fits): the run's
+    ``config.json`` names the exact weights, and a resume on other weights (the branch moved
+    on) is refused by the config check."""
+    from training.hub import config_file, resolve_model
     from training.local.model_checks import PACKAGED_MODELS
 
-    if config.model.name_or_path in PACKAGED_MODELS:
+    m = config.model
+    if m.name_or_path in PACKAGED_MODELS or Path(m.name_or_path).expanduser().exists():
         return
-    source = model_source(config.model, Path(config.run.out))
-    if source.revision is not None:
-        config.model.revision = source.revision
+    found = config_file(m.name_or_path, m.revision)
+    if found is None:  # out of reach: the error names the id and the command that fetches it
+        found = resolve_model(m.name_or_path, m.revision).path / "config.json"
+    config.model.revision = found.parent.name
 
 
 def _seed_everything(seed: int) -> None:

@@ -98,7 +98,7 @@ def load_trained(model: str, config: TrainConfig, out: Path) -> TrainedModel:
     run = find_run_dir(model)
     checkpoint = None
     if run is not None:
-        base = load_config(run / "config.json").model
+        base = load_config(run / "config.json", check_device=False, check_files=False).model
         source, checkpoint = model_source(base, run), whole_checkpoint(run)
     else:
         base = dataclasses.replace(config.model, name_or_path=model)
@@ -147,7 +147,7 @@ def export_run(run: Path, target: Path, dtype: str = "bfloat16") -> dict[str, An
     target = Path(target)
     if target.exists():
         raise FileExistsError(f"{target} exists; export into a new folder")
-    config = load_config(found / "config.json")
+    config = load_config(found / "config.json", check_device=False, check_files=False)
     config = dataclasses.replace(config, model=dataclasses.replace(
         config.model, dtype=dtype, device="cpu"))  # fmt: skip
     trained = load_trained(str(found), config, found)
