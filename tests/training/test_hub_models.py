@@ -133,3 +133,21 @@ def test_evaluate_by_id_records_the_commit(hub, tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["model"] == REPO_ID and summary["model_revision"] == hub
     assert summary["model_dir"] == str(resolve_snapshot(hub))
+
+
+def test_a_suite_by_id_pins_the_commit_for_its_whole_run(hub, tmp_path, monkeypatch):
+    """A pinned suite played by hub id records the commit; resumed after the branch moved
+    on, it is refused rather than mixing two models' rows."""
+    from training.cli.evaluate import main
+
+    monkeypatch.setenv("GIGPO_SUITE_CACHE", str(tmp_path / "suite-cache"))
+    out = tmp_path / "suite"
+    args = ["--model", REPO_ID, "--out", str(out), "--suite", "searchqa-sample",
+            "--max-episodes", "1", "--max-new-tokens", "8"]  # fmt: skip
+    assert main(args) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    run = json.loads((out / "run.json").read_text())
+    assert summary["model_revision"] == run["model_revision"] == hub
+    cache_model(resolve_snapshot(hub), tmp_path / "hf-cache", REPO_ID, commit="e" * 40)
+    with pytest.raises(SystemExit, match="2"):  # main now points at another commit
+        main(args)

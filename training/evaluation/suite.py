@@ -45,9 +45,9 @@ from training.locks import FolderLock, hold_folder
 from training.text import show
 
 #: ``run.json`` keys that a resumed run must repeat.
-RUN_KEYS = ("suite", "suite_version", "data_sha256", "model", "prompt", "temperature",
-            "top_p", "group_size", "batch_size", "max_new_tokens", "run_seed", "overrides",
-            "retriever_url")  # fmt: skip
+RUN_KEYS = ("suite", "suite_version", "data_sha256", "model", "model_revision", "prompt",
+            "temperature", "top_p", "group_size", "batch_size", "max_new_tokens", "run_seed",
+            "overrides", "retriever_url")  # fmt: skip
 
 
 @dataclass
@@ -123,8 +123,10 @@ def suite_config(args: SuiteRequest) -> tuple[Any, Any, dict[str, Any], Any]:
         check_manifest(data["files"], args.data_manifest)
     config = eval_config(args.model, args.config, [*overrides, *suite.overrides()])
     config = prompt_config(config, settings)
+    config.model.revision = _hub_commit(args.model, config.model.revision)
     run = {
         "suite": suite.name, "suite_version": suite.version, "model": args.model,
+        "model_revision": config.model.revision,
         "prompt": args.prompt, "temperature": temperature,
         "top_p": top_p if temperature > 0 else 1.0, "group_size": args.group_size,
         "batch_size": args.batch_size, "max_new_tokens": config.rollout.max_new_tokens,
@@ -133,6 +135,29 @@ def suite_config(args: SuiteRequest) -> tuple[Any, Any, dict[str, Any], Any]:
         "retriever_url": args.retriever_url,
     }  # fmt: skip
     return suite, config, run, data
+
+
+def _hub_commit(model: str, revision: str | None) -> str | None:
+    """The commit hub id ``model`` resolves to now (from its ``config.json`` alone), pinned
+    for the whole suite run and recorded, so that a resumed run plays the same weights;
+    ``revision`` as it is for anything else (a run directory, a local or packaged model).
+
+    Raises:
+        SuiteError: the id cannot be resolved here (the message names the fetch).
+    """
+    from training.hub import ModelNotFoundError, config_file, resolve_model
+    from training.local.model_checks import PACKAGED_MODELS
+    from training.local.trained import find_run_dir
+
+    if model in PACKAGED_MODELS or Path(model).expanduser().exists() or find_run_dir(model):
+        return revision
+    try:
+        found = config_file(model, revision, key="--model")
+        if found is None:
+            found = resolve_model(model, revision, key="--model").path / "config.json"
+    except ModelNotFoundError as exc:
+        raise SuiteError(str(exc)) from None
+    return found.parent.name
 
 
 def evaluate_suite(args: SuiteRequest) -> str:
