@@ -22,8 +22,8 @@ from training.text import show
 
 __all__ = [
     "WEIGHT_PATTERNS", "ModelNotFoundError", "RemoteCodeError", "ResolvedModel",
-    "cached_model", "check_remote_code", "config_file", "fetch_command", "hub_cache", "is_hub_id",
-    "is_offline", "resolve_model",
+    "cached_model", "check_remote_code", "commit_of", "config_file", "fetch_command",
+    "hub_cache", "is_hub_id", "is_offline", "resolve_model",
 ]  # fmt: skip
 
 #: The files of a model repository a run loads (weights, config, tokenizer, generation
@@ -252,6 +252,24 @@ def config_file(
         raise _not_found(key, name, revision, "the hub has no such revision") from None
     except (LocalEntryNotFoundError, HfHubHTTPError, OSError):
         return None
+
+
+def commit_of(
+    name: str, revision: str | None = None, *, key: str = "model.name_or_path"
+) -> str | None:
+    """The commit hub id ``name`` (at ``revision``) resolves to now, read off its
+    ``config.json``'s snapshot (no weights fetched); None for a local directory. A run, a
+    suite or a study pins it so that everything it plays uses the same weights.
+
+    Raises:
+        ModelNotFoundError: as :func:`resolve_model`, when not even the config can be had.
+    """
+    if _local_dir(name, key) is not None:
+        return None
+    found = config_file(name, revision, key=key)
+    if found is None:  # out of reach: the error names the id and the command that fetches it
+        found = resolve_model(name, revision, key=key).path / "config.json"
+    return found.parent.name
 
 
 def check_remote_code(config_path: Path, trusted: bool, *, key: str) -> None:

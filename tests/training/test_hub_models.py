@@ -151,3 +151,12 @@ def test_a_suite_by_id_pins_the_commit_for_its_whole_run(hub, tmp_path, monkeypa
     cache_model(resolve_snapshot(hub), tmp_path / "hf-cache", REPO_ID, commit="e" * 40)
     with pytest.raises(SystemExit, match="2"):  # main now points at another commit
         main(args)
+
+
+def test_a_study_by_id_pins_every_run_to_one_commit(hub, tmp_path):
+    from training.study.runs import plan_runs
+
+    config = tmp_path / "study.yaml"
+    config.write_text(f"model: {{name_or_path: {REPO_ID}}}\nrun: {{iterations: 1}}\n")
+    runs = plan_runs([config], ["gigpo", "grpo"], [0, 1], tmp_path / "study")
+    assert len(runs) == 4 and all(f"--model.revision={hub}" in r.argv() for r in runs)

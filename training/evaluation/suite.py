@@ -138,26 +138,23 @@ def suite_config(args: SuiteRequest) -> tuple[Any, Any, dict[str, Any], Any]:
 
 
 def _hub_commit(model: str, revision: str | None) -> str | None:
-    """The commit hub id ``model`` resolves to now (from its ``config.json`` alone), pinned
+    """The commit hub id ``model`` resolves to now (:func:`training.hub.commit_of`), pinned
     for the whole suite run and recorded, so that a resumed run plays the same weights;
     ``revision`` as it is for anything else (a run directory, a local or packaged model).
 
     Raises:
         SuiteError: the id cannot be resolved here (the message names the fetch).
     """
-    from training.hub import ModelNotFoundError, config_file, resolve_model
+    from training.hub import ModelNotFoundError, commit_of
     from training.local.model_checks import PACKAGED_MODELS
     from training.local.trained import find_run_dir
 
-    if model in PACKAGED_MODELS or Path(model).expanduser().exists() or find_run_dir(model):
+    if model in PACKAGED_MODELS or find_run_dir(model):
         return revision
     try:
-        found = config_file(model, revision, key="--model")
-        if found is None:
-            found = resolve_model(model, revision, key="--model").path / "config.json"
+        return commit_of(model, revision, key="--model") or revision
     except ModelNotFoundError as exc:
         raise SuiteError(str(exc)) from None
-    return found.parent.name
 
 
 def evaluate_suite(args: SuiteRequest) -> str:

@@ -225,20 +225,16 @@ def _after(done: int, every: int, iterations: int) -> bool:
 
 
 def _pin_revision(config: TrainConfig) -> None:
-    """Records the commit a hub id resolves to as ``model.revision`` (from its
-    ``config.json`` alone: the weights are fetched once the memory plan fits): the run's
-    ``config.json`` names the exact weights, and a resume on other weights (the branch moved
-    on) is refused by the config check."""
-    from training.hub import config_file, resolve_model
+    """Records the commit a hub id resolves to as ``model.revision``
+    (:func:`training.hub.commit_of`: its ``config.json`` alone; the weights are fetched once
+    the memory plan fits): the run's ``config.json`` names the exact weights, and a resume on
+    other weights (the branch moved on) is refused by the config check."""
+    from training.hub import commit_of
     from training.local.model_checks import PACKAGED_MODELS
 
     m = config.model
-    if m.name_or_path in PACKAGED_MODELS or Path(m.name_or_path).expanduser().exists():
-        return
-    found = config_file(m.name_or_path, m.revision)
-    if found is None:  # out of reach: the error names the id and the command that fetches it
-        found = resolve_model(m.name_or_path, m.revision).path / "config.json"
-    config.model.revision = found.parent.name
+    if m.name_or_path not in PACKAGED_MODELS:
+        m.revision = commit_of(m.name_or_path, m.revision) or m.revision
 
 
 def _seed_everything(seed: int) -> None:

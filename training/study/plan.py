@@ -293,12 +293,16 @@ def plan_runs(
                     load_config(path, [*overrides, *arm.overrides()])
                 except ConfigError as exc:
                     raise ConfigError(f"{part.name}: arm {arm.name!r}: {exc}") from exc
-    # Only now, with every arm checked, build the shared tiny models.
+    # Only now, with every arm checked, build the shared tiny models, and pin a hub id to
+    # the commit it resolves to now: every arm and seed trains the same weights.
     shared: dict[Path, Path] = {}
     for path, overrides in prepared.items():
         base = load_config(path, overrides)
         if base.model.name_or_path == "tiny-random":
             shared[path] = _shared_tiny_model(base, out)
+        commit = _hub_commit(base)
+        if commit is not None:
+            overrides.append(f"--model.revision={commit}")
     runs: dict[tuple[str, str, int], Run] = {}
     for part in parts:
         for path in part.configs:
@@ -311,6 +315,25 @@ def plan_runs(
                     if runs.setdefault(key, run) is run and path in shared:
                         link_shared_model(shared[path], run_out)
     return list(runs.values()), parts
+
+
+def _hub_commit(config: TrainConfig) -> str | None:
+    """The commit ``model.name_or_path`` resolves to when it is a hub id
+    (:func:`training.hub.commit_of`), else None.
+
+    Raises:
+        ConfigError: the id cannot be resolved here (naming the command that fetches it).
+    """
+    from training.hub import ModelNotFoundError, commit_of
+    from training.local.model_checks import PACKAGED_MODELS
+
+    m = config.model
+    if m.name_or_path in PACKAGED_MODELS:
+        return None
+    try:
+        return commit_of(m.name_or_path, m.revision)
+    except ModelNotFoundError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def link_shared_model(model: Path, run_out: Path) -> None:
