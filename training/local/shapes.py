@@ -101,9 +101,17 @@ def plan_config(config: TrainConfig) -> tuple[Any, str]:
         except ModelNotFoundError as exc:
             raise ConfigError(str(exc)) from None
     if found is not None:
-        hf = AutoConfig.from_pretrained(str(found.parent), local_files_only=True,
-                                        trust_remote_code=m.trust_remote_code)  # fmt: skip
-        return hf, str(found)
+        try:
+            hf = AutoConfig.from_pretrained(str(found.parent), local_files_only=True,
+                                            trust_remote_code=m.trust_remote_code)  # fmt: skip
+            return hf, str(found)
+        except (OSError, ValueError) as exc:  # its own config class, whose code is not here
+            if known_config(m.name_or_path) is None:
+                raise ConfigError(
+                    f"model.name_or_path={show(m.name_or_path)}: {found} cannot be read "
+                    f"without the repository's code ({str(exc)[:300]}); fetch the model with "
+                    f"`{fetch_command(m.name_or_path, m.revision)}`"
+                ) from None
     known = known_config(m.name_or_path)
     if known is not None:
         return known, "the table of known architectures (training/local/shapes.py)"
