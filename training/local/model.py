@@ -302,8 +302,9 @@ def load_models(config: TrainConfig, out: Path) -> Models:
         # carry 8 bits of mantissa (a tied head keeps the embeddings float32 with it).
         policy.get_output_embeddings().to(torch.float32)
         adapter = add_adapters(policy, m)
-        settings = adapter.peft_config["default"]  # what PEFT's adapter_config.json records
-        settings.base_model_name_or_path, settings.revision = m.name_or_path, m.revision
+        if m.name_or_path not in ("tiny-random", "smollm2"):  # those: PEFT's local path
+            settings = adapter.peft_config["default"]  # what adapter_config.json records
+            settings.base_model_name_or_path, settings.revision = m.name_or_path, m.revision
         policy = adapter.get_base_model()
         policy.eval()
         if config.algo.kl_coef > 0:
