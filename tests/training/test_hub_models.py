@@ -160,3 +160,19 @@ def test_a_study_by_id_pins_every_run_to_one_commit(hub, tmp_path):
     config.write_text(f"model: {{name_or_path: {REPO_ID}}}\nrun: {{iterations: 1}}\n")
     runs = plan_runs([config], ["gigpo", "grpo"], [0, 1], tmp_path / "study")
     assert len(runs) == 4 and all(f"--model.revision={hub}" in r.argv() for r in runs)
+
+
+def test_the_openrlhf_launch_checks_its_models_before_ray(hub, tmp_path, tiny_model_dir):
+    """OpenRLHF loads the models itself; before Ray starts, each named one must be had here
+    (offline: cached), and the commit an id resolves to is said."""
+    from training.hub import ModelNotFoundError
+    from training.openrlhf.train import model_commits
+
+    flags = ["--actor.model_name_or_path", REPO_ID, "--critic.model_name_or_path",
+             str(tiny_model_dir), "--train.batch_size", "8"]  # fmt: skip
+    assert model_commits(flags) == {
+        "--actor.model_name_or_path": (REPO_ID, hub),
+        "--critic.model_name_or_path": (str(tiny_model_dir), None),
+    }
+    with pytest.raises(ModelNotFoundError, match="hf download Qwen/Qwen2.5-7B-Instruct"):
+        model_commits(["--actor.model_name_or_path", "Qwen/Qwen2.5-7B-Instruct"])

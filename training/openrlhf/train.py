@@ -63,6 +63,32 @@ def prepare(run_plan: Plan) -> None:
         ray.init(address=address or None, runtime_env=run_plan.runtime_env)
 
 
+#: OpenRLHF's flags that name a model to load.
+MODEL_FLAGS = ("--actor.model_name_or_path", "--critic.model_name_or_path",
+               "--reward.model_name_or_path")  # fmt: skip
+
+
+def model_commits(openrlhf_args: list[str]) -> dict[str, tuple[str, str | None]]:
+    """``{flag: (model, commit)}`` for the models a run names: a hub id's commit as
+    transformers will resolve it (:func:`training.hub.commit_of`: its ``config.json``, from
+    the cache or the hub), None for a local directory. OpenRLHF loads the models itself, in
+    every worker; this checks before Ray starts that each can be had, and says which commit.
+
+    Raises:
+        training.hub.ModelNotFoundError: offline and not cached, or no such repository (the
+            message names the id and the command that fetches it).
+    """
+    from training.hub import commit_of
+    from training.openrlhf.layout import flag_value
+
+    found = {}
+    for flag in MODEL_FLAGS:
+        name = flag_value(openrlhf_args, flag, "")
+        if name:
+            found[flag] = (name, commit_of(name, key=flag))
+    return found
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     dry_run = "--dry-run" in argv
@@ -78,8 +104,15 @@ def main(argv: list[str] | None = None) -> int:
         print(describe(run_plan, sys.executable))
         return 0
 
+    try:
+        models = model_commits(run_plan.openrlhf_args)
+    except FileNotFoundError as exc:  # training.hub.ModelNotFoundError: names the fetch
+        print(f"training.openrlhf.train: {exc}", file=sys.stderr)
+        return 2
     prepare(run_plan)
     print(describe(run_plan, sys.executable), flush=True)
+    for flag, (name, commit) in models.items():
+        print(f"# {flag}: {name}" + (f" at commit {commit}" if commit else ""), flush=True)
     sys.argv = [OPENRLHF_MODULE, *run_plan.openrlhf_args]
     runpy.run_module(OPENRLHF_MODULE, run_name="__main__", alter_sys=True)
     return 0
