@@ -7,7 +7,9 @@ module each. Each only reads its arguments and calls into the package that does 
 - :mod:`training.cli.study`: ``python -m training.study``, one recipe under several arms
   and seeds (:mod:`training.study`);
 - :mod:`training.cli.quickstart`: ``gigpo-quickstart``, GiGPO on SmolLM2-135M-Instruct on
-  CPU in minutes (the local trainer with ``training/configs/quickstart.yaml``).
+  CPU in minutes (the local trainer with ``training/configs/quickstart.yaml``);
+- :mod:`training.cli.export`: ``gigpo-export``, a run's policy as a Hugging Face model
+  directory, LoRA adapters merged (:mod:`training.local.trained`).
 
 Read :mod:`training.cli.view` first, the shortest: its arguments, one call into
 :mod:`training.viewer`, and its errors turned into exit 2.
