@@ -105,6 +105,24 @@ def _not_found(key: str, name: str, revision: str | None, why: str) -> ModelNotF
     )
 
 
+def _refusal(exc: BaseException) -> str | None:
+    """Why the hub refused a repository (gated, absent or private, no such revision), in
+    words; None for any other error (the network, the disk)."""
+    from huggingface_hub.errors import (
+        GatedRepoError,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+    )
+
+    if isinstance(exc, GatedRepoError):  # a RepositoryNotFoundError too: asked first
+        return "a gated repository: accept its terms on the hub and log in (`hf auth login`)"
+    if isinstance(exc, RepositoryNotFoundError):
+        return "no such repository on the hub (or it is private: log in with `hf auth login`)"
+    if isinstance(exc, RevisionNotFoundError):
+        return "the hub has no such revision"
+    return None
+
+
 def _local_dir(name: str, key: str) -> Path | None:
     """``name`` as a local model directory, None when no such path exists.
 
@@ -155,13 +173,7 @@ def resolve_model(
     if local is not None:
         return ResolvedModel(name, local)
     from huggingface_hub import snapshot_download
-    from huggingface_hub.errors import (
-        GatedRepoError,
-        HfHubHTTPError,
-        LocalEntryNotFoundError,
-        RepositoryNotFoundError,
-        RevisionNotFoundError,
-    )
+    from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
 
     offline = is_offline()
     patterns = WEIGHT_PATTERNS + (["*.py"] if trust_remote_code else [])
@@ -175,20 +187,13 @@ def resolve_model(
         folder = fetch(patterns)
         if not offline and not _has_weights(folder):  # an older repository: .bin weights
             folder = fetch(["pytorch_model*.bin", "pytorch_model*.json"])
-    except GatedRepoError:
-        raise _not_found(key, name, revision, "a gated repository: accept its terms on the "
-                         "hub and log in (`hf auth login`)") from None  # fmt: skip
-    except RepositoryNotFoundError:
-        raise _not_found(key, name, revision, "no such repository on the hub (or it is "
-                         "private: log in with `hf auth login`)") from None  # fmt: skip
-    except RevisionNotFoundError:
-        raise _not_found(key, name, revision, "the hub has no such revision") from None
     except LocalEntryNotFoundError:
         why = ("not in the Hugging Face cache, and HF_HUB_OFFLINE forbids downloading it"
                if offline else "not in the cache, and the hub could not be reached")  # fmt: skip
         raise _not_found(key, name, revision, why) from None
     except (HfHubHTTPError, OSError) as exc:
-        raise _not_found(key, name, revision, f"download failed ({exc})") from None
+        why = _refusal(exc) or f"download failed ({exc})"
+        raise _not_found(key, name, revision, why) from None
     if not (folder / "config.json").is_file() or not _has_weights(folder):
         raise _not_found(key, name, revision, f"the cached snapshot {folder} has no "
                          "config.json or no weights (only part of it was fetched)")  # fmt: skip
@@ -245,11 +250,8 @@ def config_file(
         )
     except GatedRepoError:
         return None  # its config is gated too; the download says what to do
-    except RepositoryNotFoundError:
-        raise _not_found(key, name, revision, "no such repository on the hub (or it is "
-                         "private: log in with `hf auth login`)") from None  # fmt: skip
-    except RevisionNotFoundError:
-        raise _not_found(key, name, revision, "the hub has no such revision") from None
+    except (RepositoryNotFoundError, RevisionNotFoundError) as exc:
+        raise _not_found(key, name, revision, _refusal(exc)) from None
     except (LocalEntryNotFoundError, HfHubHTTPError, OSError):
         return None
 

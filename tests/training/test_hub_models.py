@@ -87,8 +87,9 @@ def test_offline_and_not_cached_is_an_error_at_load_naming_the_fetch(hub, tmp_pa
     with pytest.raises(ConfigError, match="--revision v9"):
         load_config("smoke", [f"--out={tmp_path}/r", f"--model.name_or_path={REPO_ID}",
                               "--model.revision=v9"])  # fmt: skip
-    with pytest.raises(ConfigError, match="model.revision must be"):
-        load_config("smoke", [f"--out={tmp_path}/r", "--model.revision=a b"])
+    for bad in ("a b", "../../etc"):  # not a ref, or a path out of the cache
+        with pytest.raises(ConfigError, match="model.revision must be"):
+            load_config("smoke", [f"--out={tmp_path}/r", f"--model.revision={bad}"])
     # a path that exists but is no model, and a name that is neither path nor id
     (tmp_path / "empty").mkdir()
     with pytest.raises(ConfigError, match="not a model directory"):

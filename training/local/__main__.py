@@ -78,6 +78,7 @@ def dry_run(config: TrainConfig) -> int:
 
     from training.local.checks import env_problem
     from training.local.memory import GIB, check_fits, free_memory, run_plan
+    from training.local.model_checks import PACKAGED_MODELS
 
     m = config.model
     unchecked = []
@@ -97,7 +98,7 @@ def dry_run(config: TrainConfig) -> int:
             "the prompt lengths it will see (rollout.max_prompt_tokens caps them: a longer "
             "prompt stops the run, naming that key)"
         )
-    if m.name_or_path not in ("tiny-random", "smollm2") and model_dir is None:
+    if m.name_or_path not in PACKAGED_MODELS and model_dir is None:
         unchecked.append(f"the model's weights and tokenizer ({m.name_or_path} is not loaded)")
     print("\n".join(plan.lines()))
     print(json.dumps(plan.to_dict()))

@@ -49,6 +49,8 @@ class MemoryPlan:
     resident: dict[str, int] = field(default_factory=dict)
     generation: dict[str, int] = field(default_factory=dict)
     update: dict[str, int] = field(default_factory=dict)
+    lora: bool = False
+    """The run trains LoRA adapters (``model.lora_rank``), not the model's weights."""
     model_config: str = ""
     """Where the model's sizes came from (a ``config.json``, or the table of known
     architectures)."""
@@ -122,7 +124,7 @@ def plan_memory(config: TrainConfig, shape: ModelShape, prompt_tokens: int) -> M
         "compute": compute,
         "weights": f"{compute} base, {m.dtype} LoRA rank {m.lora_rank}" if lora else m.dtype,
     }
-    plan = MemoryPlan(device, sizes)
+    plan = MemoryPlan(device, sizes, lora=lora)
     s = shape
     trainable = s.trainable + (s.body + s.hidden + 1 if ppo else 0)
     plan.resident = {
@@ -343,7 +345,7 @@ def check_fits(plan: MemoryPlan, free: int | None) -> None:
             "shorten rollout.max_prompt_tokens / rollout.max_new_tokens"
         )
     resident = sum(plan.resident.values())
-    lora = "" if "LoRA" in str(plan.sizes.get("weights")) else (
+    lora = "" if plan.lora else (
         "train LoRA adapters (model.lora_rank: 64: a frozen base held in the compute dtype, "
         "whose reference is the base itself), "
     )  # fmt: skip

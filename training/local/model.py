@@ -302,7 +302,9 @@ def load_models(config: TrainConfig, out: Path) -> Models:
         # carry 8 bits of mantissa (a tied head keeps the embeddings float32 with it).
         policy.get_output_embeddings().to(torch.float32)
         adapter = add_adapters(policy, m)
-        if m.name_or_path not in ("tiny-random", "smollm2"):  # those: PEFT's local path
+        from training.local.model_checks import PACKAGED_MODELS
+
+        if m.name_or_path not in PACKAGED_MODELS:  # those keep PEFT's local path
             settings = adapter.peft_config["default"]  # what adapter_config.json records
             settings.base_model_name_or_path, settings.revision = m.name_or_path, m.revision
         policy = adapter.get_base_model()

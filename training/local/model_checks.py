@@ -27,7 +27,9 @@ def check_model(config: TrainConfig, *, files: bool = True) -> None:
             what it could not check).
     """
     m = config.model
-    if m.revision is not None and not re.fullmatch(r"[\w./-]{1,256}", m.revision):
+    if m.revision is not None and (
+        not re.fullmatch(r"[\w./-]{1,256}", m.revision) or ".." in m.revision
+    ):
         raise ConfigError(
             f"model.revision must be a branch, tag or commit of the hub repository, got "
             f"{show(m.revision)}"
