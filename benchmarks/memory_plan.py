@@ -60,6 +60,15 @@ CASES = {
         ["--model.gradient_checkpointing=true"],
     ),  # fmt: skip
     "smollm2-bf16": ("smollm2", "bfloat16", 16, 256, 64, 4, []),
+    "smollm2-bf16-lora": (
+        "smollm2",
+        "bfloat16",
+        16,
+        256,
+        64,
+        4,
+        ["--model.trainable_layers=0", "--model.lora_rank=16", "--model.lora_alpha=32"],
+    ),  # fmt: skip
 }
 
 
@@ -141,7 +150,7 @@ def run_case(name: str) -> dict:
         compute_dtype, _ = resolve_compute_dtype(dtype, "cpu")
         torch.manual_seed(0)
         models = load_models(config, Path(tmp) / "run")
-        prepare_models(compute_dtype, "cpu", models.policy, models.reference)
+        prepare_models(compute_dtype, "cpu", models.policy, models.separate_reference())
         tok = models.tokenizer
         vocab = min(len(tok), models.policy.config.vocab_size)
         g = torch.Generator().manual_seed(0)
@@ -174,10 +183,10 @@ def run_case(name: str) -> dict:
         # Every row decodes max_new_tokens, the plan's worst case: the end-of-sequence id is
         # one no token has (a stand-in for a model that never stops, as random weights do).
         decoding.eos_ids = lambda model, tokenizer: [vocab + 10**6]
-        resident = tensor_bytes(models.policy, models.reference, models.optimizer)
+        resident = tensor_bytes(models.policy, models.separate_reference(), models.optimizer)
         gen_peak, (ids, _) = allocation_peak(play)
         longest = max(len(r) for r in ids)
-        resident_update = tensor_bytes(models.policy, models.reference, models.optimizer)
+        resident_update = tensor_bytes(models.policy, models.separate_reference(), models.optimizer)
         update_peak, _ = allocation_peak(update)
     measured = {"generation": resident + gen_peak, "update": resident_update + update_peak}
     planned = {"generation": plan.generation_peak, "update": plan.update_peak}

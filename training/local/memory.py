@@ -140,8 +140,10 @@ def plan_memory(config: TrainConfig, shape: ModelShape, prompt_tokens: int) -> M
         "autocast_copies": s.trainable * 2 if autocast else 0,
     }
     # Bytes a token of cache: under autocast over float32 weights the keys are float32 (the
-    # rotary embedding follows the float32 residual stream), the values bfloat16.
-    kv = s.layers * s.kv_heads * s.head_dim * ((4 if autocast and not lora else c) + c)
+    # rotary embedding follows the float32 residual stream), the values bfloat16. Under LoRA
+    # the stream is float32 where the float32 head is tied to the embeddings.
+    float_stream = autocast and (not lora or s.body == s.parameters)
+    kv = s.layers * s.kv_heads * s.head_dim * ((4 if float_stream else c) + c)
     prompt_pass = _prefill(s, rows, prompt_tokens, c) + _scores(
         s, rows, prompt_tokens, device, compute
     )
