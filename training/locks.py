@@ -29,41 +29,37 @@ import json
 import os
 import shlex
 import socket
+import stat
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
-from training.files import atomic_write_text
+from training.files import atomic_write_text, file_kind
+from training.folders import (
+    KIND_FILE,
+    KINDS,
+    FolderKindError,
+    FolderLockError,
+    check_kind,
+    check_owner,
+    folder_kind,
+    inferred_kind,
+    read_record,
+)
 from training.text import bound_text, show
+
+__all__ = [
+    "KIND_FILE", "KINDS", "LOCK_FILE", "FolderBusyError", "FolderKindError", "FolderLock",
+    "FolderLockError", "folder_kind", "hold_file", "hold_folder", "holder_text",
+    "inferred_kind",
+]  # fmt: skip
 
 #: The lock file inside a folder.
 LOCK_FILE = ".gigpo.lock"
-#: The file that keeps a folder's kind.
-KIND_FILE = ".gigpo-folder"
-#: The kinds of folder, with what a message calls each.
-KINDS = {
-    "train": "a training run (gigpo-train)",
-    "study": "an estimator study (python -m training.study)",
-    "evaluate": "a held-out evaluation (gigpo-evaluate)",
-    "suite": "a suite run (gigpo-evaluate --suite)",
-    "openrlhf": "an OpenRLHF run's tasks and rollouts (gigpo-openrlhf)",
-    "verl": "a verl run's task datasets (gigpo-verl)",
-}
-#: The most bytes read from a lock or kind file (both hold one short JSON object).
-MAX_RECORD_BYTES = 4096
-
-
-class FolderLockError(ValueError):
-    """A folder (or page) cannot be taken for writing; the message says why and names it."""
 
 
 class FolderBusyError(FolderLockError):
     """Another process holds the folder (or page) now; the message names it."""
-
-
-class FolderKindError(FolderLockError):
-    """The folder was made by another kind of command (:data:`KINDS`), or is no folder."""
 
 
 class FolderLock:
@@ -145,8 +141,9 @@ def hold_folder(
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {sorted(KINDS)}, got {show(kind)}")
     folder = Path(folder)
+    check_owner(folder, kind, option)
     if folder.is_dir():
-        _check_kind(folder, kind, option)  # before anything is written into a foreign folder
+        check_kind(folder, kind, option)  # before anything is written into a foreign folder
     elif folder.exists() or folder.is_symlink():
         raise FolderKindError(f"{option} {folder} is not a folder; use another {option}")
     try:
@@ -159,7 +156,7 @@ def hold_folder(
     lock = _take(folder / LOCK_FILE, folder, kind, f"{option} {folder}", option)
     lock.created = created
     try:
-        _check_kind(folder, kind, option)  # again under the lock: no other writer between
+        check_kind(folder, kind, option)  # again under the lock: no other writer between
         if not (folder / KIND_FILE).exists():
             atomic_write_text(folder / KIND_FILE, json.dumps({"kind": kind}) + "\n")
         _write_holder(lock, kind, command)
@@ -191,61 +188,12 @@ def hold_file(
     return lock
 
 
-def folder_kind(folder: str | Path) -> str | None:
-    """The kind of ``folder``: its kind file's, else :func:`inferred_kind`; None for a new
-    or empty folder.
-
-    Raises:
-        FolderKindError: the kind file is damaged or names no known kind.
-    """
-    folder = Path(folder)
-    marker = folder / KIND_FILE
-    try:
-        record = _read_record(marker)
-    except FileNotFoundError:
-        return inferred_kind(folder)
-    except (OSError, ValueError) as exc:
-        raise FolderKindError(
-            f"{marker} cannot be read ({bound_text(exc, 200)}); it says which command made "
-            "the folder: use another --out, or delete the file if the folder is yours"
-        ) from None
-    kind = record.get("kind") if isinstance(record, dict) else None
-    if kind not in KINDS:
-        raise FolderKindError(f"{marker}: 'kind' must be one of {sorted(KINDS)}, got {show(kind)}")
-    return str(kind)
-
-
-def inferred_kind(folder: Path) -> str | None:
-    """The kind of a folder made before kind files existed, from what it holds: a suite run
-    (``run.json``), a training run (``config.json`` with ``metrics.jsonl`` or
-    ``checkpoint/``), a study (``study.json``, ``study.md`` or ``runs/``), a plain
-    evaluation (``summary.json`` with ``episodes.jsonl``), an OpenRLHF run's dataset folder
-    (``tasks.jsonl``); None for anything else."""
-
-    def has(*names: str) -> bool:
-        return any((folder / name).exists() for name in names)
-
-    if has("run.json"):
-        return "suite"
-    if has("config.json") and has("metrics.jsonl", "checkpoint", "checkpoint.old"):
-        return "train"
-    if has("study.json", "study.md", "runs"):
-        return "study"
-    if (folder / "summary.json").exists() and (folder / "episodes.jsonl").exists():
-        return "evaluate"
-    if has("tasks.jsonl"):
-        return "openrlhf"
-    if has("train.parquet", "val.parquet"):
-        return "verl"
-    return None
-
-
 def holder_text(lock_path: Path) -> str:
     """Who holds ``lock_path``, from its holder record: ``pid N (command), since T on host
     H``; a record still being written is waited for briefly, a damaged one is said so."""
     for _ in range(20):  # the holder writes its record just after taking the lock
         try:
-            record = _read_record(lock_path)
+            record = read_record(lock_path)
             if isinstance(record, dict) and "pid" in record:
                 break
         except FileNotFoundError:
@@ -279,7 +227,7 @@ def _take(path: Path, target: Path, kind: str | None, name: str, option: str) ->
     """Locks ``path`` (created if absent, never truncated, never through a symlink)."""
     import fcntl
 
-    flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    flags = os.O_RDWR | os.O_CREAT | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
     for _ in range(100):
         try:
             fd = os.open(path, flags, 0o644)
@@ -299,6 +247,10 @@ def _take(path: Path, target: Path, kind: str | None, name: str, option: str) ->
                 f"{name} is in use by another process: {holder_text(path)}; wait for it to "
                 f"finish or use another {option}"
             ) from None
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):  # a FIFO or device planted as the lock file
+            os.close(fd)
+            raise FolderLockError(f"{name}: its lock file {path} is {file_kind(mode)}")
         if _same_file(fd, path):
             return FolderLock(path, target, kind, fd)
         os.close(fd)  # its holder removed the file as we locked it: lock the one there now
@@ -333,31 +285,6 @@ def _command_line() -> str:
     else:
         head = [Path(sys.argv[0]).name if sys.argv and sys.argv[0] else "python"]
     return shlex.join([*head, *sys.argv[1:]])
-
-
-def _read_record(path: Path) -> Any:
-    """The JSON object in a lock or kind file, reading at most :data:`MAX_RECORD_BYTES`."""
-    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
-    fd = os.open(path, flags)
-    try:
-        data = os.read(fd, MAX_RECORD_BYTES + 1)
-    finally:
-        os.close(fd)
-    if len(data) > MAX_RECORD_BYTES:
-        raise ValueError(f"more than {MAX_RECORD_BYTES} bytes")
-    try:
-        return json.loads(data.decode("utf-8"))
-    except RecursionError:
-        raise ValueError("nested too deeply") from None
-
-
-def _check_kind(folder: Path, kind: str, option: str = "--out") -> None:
-    found = folder_kind(folder)
-    if found is not None and found != kind:
-        raise FolderKindError(
-            f"{option} {folder} holds {KINDS[found]}; this command writes {KINDS[kind]}: use "
-            f"another {option}"
-        )
 
 
 def _same_file(fd: int, path: Path) -> bool:

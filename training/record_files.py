@@ -61,6 +61,7 @@ from typing import Any
 
 import numpy as np
 
+from training.files import atomic_write_bytes, open_regular
 from training.guarded import MAX_JSONL_BYTES, MAX_LINE_BYTES, GuardError, load_json_line
 from training.records import StepRecords
 from training.stats import step_group_summary
@@ -237,13 +238,8 @@ def write_rollouts(
         "source": source, "records": len(rows), "estimator": estimator, "max_chars": max_chars,
         "summary": rows_summary(rows),
     }  # fmt: skip
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with gzip.open(temporary, "wt", encoding="utf-8", compresslevel=6) as handle:
-        handle.write(json.dumps(header) + "\n")
-        for row in rows:
-            handle.write(json.dumps(row, ensure_ascii=False) + "\n")
-    os.replace(temporary, path)
-    return path
+    lines = [json.dumps(header) + "\n", *(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)]
+    return atomic_write_bytes(path, gzip.compress("".join(lines).encode("utf-8"), 6))
 
 
 def read_rollouts(path: str | os.PathLike[str]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
@@ -256,7 +252,7 @@ def read_rollouts(path: str | os.PathLike[str]) -> tuple[dict[str, Any], list[di
     """
     path, limit = Path(path), MAX_ROLLOUT_BYTES
     try:
-        with gzip.open(path, "rb") as handle:
+        with open_regular(path) as raw, gzip.GzipFile(fileobj=raw, mode="rb") as handle:
             data = handle.read(limit + 1)  # at most one byte past the limit is unpacked
     except FileNotFoundError:
         raise RolloutFileError(f"no rollout file {path}") from None
@@ -295,7 +291,7 @@ def read_summary(path: str | os.PathLike[str]) -> dict[str, Any]:
     """The step-group summary of a rollout file (:func:`rows_summary`), from its header
     alone when the header carries it, else from its records."""
     try:
-        with gzip.open(path, "rb") as handle:
+        with open_regular(path) as raw, gzip.GzipFile(fileobj=raw, mode="rb") as handle:
             header = _json_line(Path(path), 1, handle.readline(MAX_LINE_BYTES + 1))
         if header["version"] != SCHEMA_VERSION:
             raise KeyError("summary")  # version 1 named it otherwise: recomputed below

@@ -17,6 +17,7 @@ import torch
 
 from training.cli.evaluate import main as evaluate_main
 from training.local.checkpoint import (
+    CheckpointReadError,
     UnsafeCheckpointError,
     find_checkpoint,
     load_checkpoint,
@@ -346,3 +347,17 @@ def test_an_update_that_makes_weights_nan_stops_before_saving(tiny_model_dir, tm
     with pytest.raises(TrainingDivergedError, match="non-finite"):
         train(_config(tiny_model_dir, out, "--optim.lr=1e30", "--optim.max_grad_norm=1e30"))
     assert not (out / "checkpoint").exists()
+
+
+def test_a_checkpoint_without_its_state_file_stops_the_run_and_loses_nothing(
+    one_iteration_run, tiny_model_dir, tmp_path
+):
+    run = _copy(one_iteration_run, tmp_path)
+    (run / "checkpoint" / "state.json").unlink()  # removed or damaged since the save
+    before = {p.relative_to(run): p.read_bytes() for p in run.rglob("*") if p.is_file()}
+
+    with pytest.raises(CheckpointReadError, match=r"checkpoint: it holds no state\.json"):
+        train(_config(tiny_model_dir, run, "--run.iterations=2"))
+    after = {p.relative_to(run): p.read_bytes() for p in run.rglob("*") if p.is_file()}
+    assert after == before  # the weights, the metrics rows: nothing deleted or rewritten
+    assert [r["iteration"] for r in read_metrics(run)] == [0]

@@ -24,6 +24,7 @@ import numpy as np
 
 from training.evaluation.rows import parse_row, row_in_suite
 from training.evaluation.suite_file import Suite, SuiteError
+from training.files import open_append
 from training.guarded import MAX_JSONL_BYTES, GuardError, read_limited
 from training.local.schema import TrainConfig
 
@@ -204,8 +205,7 @@ def read_rows(
     if good < len(data) and truncate:
         print(f"{path}: dropped {len(data) - good} bytes after the last whole batch of rows",
               file=sys.stderr)  # fmt: skip
-        with open(path, "r+b") as handle:
-            handle.truncate(good)
+        os.truncate(path, good)  # a regular file: read through the guarded reader above
     return rows
 
 
@@ -336,7 +336,7 @@ def _rows(
 
 
 def _append(path: Path, rows: list[dict[str, Any]]) -> None:
-    with open(path, "ab") as handle:
+    with open_append(path) as handle:  # never through a link planted in its place
         handle.write("".join(json.dumps(row) + "\n" for row in rows).encode())
         handle.flush()
         os.fsync(handle.fileno())

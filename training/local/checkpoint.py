@@ -28,7 +28,6 @@ a function of ``k`` (see :func:`training.local.play.train_seeds`). The file form
 
 from __future__ import annotations
 
-import argparse
 import json
 import random
 import shutil
@@ -39,6 +38,7 @@ from typing import Any
 
 import numpy as np
 
+from training.commands import CommandParser
 from training.files import atomic_write_text
 from training.guarded import ParseError, read_json_file
 from training.local.checkpoint_files import (
@@ -183,10 +183,21 @@ def recover_checkpoint(out: Path) -> Path | None:
 
     Raises:
         UnsafeCheckpointError: the checkpoint is in the old pickled format.
+        CheckpointReadError: ``checkpoint/`` is there without its ``state.json`` (nothing
+            is changed then).
     """
     out = Path(out)
     found = find_checkpoint(out)
     target = out / CHECKPOINT_DIR
+    if found is None and (target.exists() or target.is_symlink()):
+        # A save renames a whole staged directory into place, so no crash leaves this:
+        # someone removed or damaged its state.json. Starting over would delete it and
+        # overwrite the run's metrics; stop instead, changing nothing.
+        raise CheckpointReadError(
+            f"cannot resume from {target}: it holds no {STATE_FILE} (a save writes it, then "
+            "renames the whole folder into place, so it was removed or damaged since); "
+            "restore it, or move the folder away to start over (or use another --out)"
+        )
     if found is not None and found != target:
         if target.exists():
             shutil.rmtree(target)  # incomplete: no state.json
@@ -195,8 +206,6 @@ def recover_checkpoint(out: Path) -> Path | None:
         leftover = out / (CHECKPOINT_DIR + suffix)
         if leftover.exists():
             shutil.rmtree(leftover)
-    if found is None and target.exists():
-        shutil.rmtree(target)  # a directory no save completed
     return target if found is not None else None
 
 
@@ -345,7 +354,7 @@ def convert_pickled(out: Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = CommandParser(
         prog="python -m training.local.checkpoint",
         description="Convert a run directory's old pickled checkpoint (checkpoint/state.pt) "
         "to safetensors + JSON. Loading a pickle runs any code it holds: do this only for "

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from training.files import atomic_write_bytes, atomic_write_text
+from training.files import atomic_write_bytes, atomic_write_text, open_append
 from training.guarded import GuardError, read_json_lines
 from training.text import bound_text, show
 
@@ -139,8 +139,8 @@ class MetricsLog:
             k: (None if isinstance(v, float) and not math.isfinite(v) else v)
             for k, v in row.items()
         }
-        with self.path.open("a") as f:
-            f.write(json.dumps(clean) + "\n")
+        with open_append(self.path) as f:  # never through a link planted in its place
+            f.write((json.dumps(clean) + "\n").encode("utf-8"))
 
 
 def plot_curves(runs: dict[str, list[dict[str, Any]]], path: str | Path) -> Path:

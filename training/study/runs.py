@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from training.files import atomic_write_text
+from training.files import atomic_write_text, open_append
 from training.guarded import read_json_file
 from training.local.config import ConfigError, TrainConfig, load_config
 from training.local.metrics import read_metrics
@@ -71,7 +71,7 @@ def run_all(runs: list[Run], jobs: int, log: Any = sys.stderr) -> None:
         tick = time.perf_counter()
         # appended to: the trainer takes the run folder's lock only once it starts, and a
         # refused second study must not empty the log of the run that holds it
-        with (run.out / "train.log").open("a") as stream:
+        with open_append(run.out / "train.log") as stream:
             code = subprocess.call(
                 run.argv(), stdout=stream, stderr=subprocess.STDOUT, env=_child_env()
             )
