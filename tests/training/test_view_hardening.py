@@ -126,7 +126,7 @@ class _Page(HTMLParser):
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         a = dict(attrs)
         self.tags.append((tag, a))
-        if tag == "tr" and a.get("class") == "pick":
+        if tag == "tr" and "pick" in (a.get("class") or "").split():
             self.rows.append({"group": a["data-group"], "href": None})
         elif tag == "a" and self.rows and self.rows[-1]["href"] is None:
             self.rows[-1]["href"] = a["href"]
@@ -223,7 +223,7 @@ def test_the_command_exits_2_without_a_traceback(tmp_path):
     assert "Traceback" not in done.stderr
     assert done.stderr == (
         f"python -m training.cli.view: error: {path} line 2: group_id must be an int or a string "
-        "of valid Unicode, got ['a', 'list']\n"
+        "of valid Unicode, at most 200 chars, got ['a', 'list']\n"
     )
 
 

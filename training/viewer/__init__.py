@@ -6,8 +6,9 @@ page. The other modules:
 
 - :mod:`training.viewer.checks`: every value read from a rollout file checked for type
   before the page uses it (a damaged file is an error naming the file, line and field);
-- :mod:`training.viewer.html`: the page's HTML pieces (curves as inline SVG, step-group
-  statistics, a group's trajectories step by step);
+- :mod:`training.viewer.html`: one iteration's HTML, a group's trajectories step by step,
+  within the page's bounds (``MAX_PAGE_CHARS`` and the per-group limits beside it);
+- :mod:`training.viewer.charts`: the curves as inline SVG and the step-group statistics;
 - :mod:`training.viewer.assets`: the page's inline style sheet and script;
 - :mod:`training.viewer.serve`: the page served alone on 127.0.0.1 (``--serve``).
 

@@ -37,16 +37,22 @@ def as_float(value: Any) -> float | None:
     return number if math.isfinite(number) else None
 
 
+#: The longest group or trajectory id the page shows (an id is never cut: two would merge).
+MAX_ID_CHARS = 200
+
+
 def _is_id(value: Any) -> bool:
     # a group or trajectory id: an int or a string; lone surrogates (JSON can hold them)
     # could not be written to the page, and two ids differing only there would merge
-    return _is_int(value) or (isinstance(value, str) and not SURROGATE.search(value))
+    return _is_int(value) or (
+        isinstance(value, str) and len(value) <= MAX_ID_CHARS and not SURROGATE.search(value)
+    )
 
 
 #: The record fields the page reads: what each must hold, and the test of it.
 _RECORD_FIELDS: dict[str, tuple[str, Callable[[Any], bool]]] = {
-    "group_id": ("an int or a string of valid Unicode", _is_id),
-    "traj_id": ("an int or a string of valid Unicode", _is_id),
+    "group_id": (f"an int or a string of valid Unicode, at most {MAX_ID_CHARS} chars", _is_id),
+    "traj_id": (f"an int or a string of valid Unicode, at most {MAX_ID_CHARS} chars", _is_id),
     "step": ("an int", _is_int),
     "step_group_id": ("an int", _is_int),
     "observation": ("a string", lambda value: isinstance(value, str)),

@@ -7,21 +7,36 @@ group. Every text is escaped where it is written; the records come checked
 from __future__ import annotations
 
 import html
-import math
 import urllib.parse
 from collections import defaultdict
-from collections.abc import Sequence
 from typing import Any
 
-from training.viewer.checks import as_float, group_key
+from training.viewer.checks import group_key
 
-#: Curves drawn, as (title, [(metric key, label), ...]).
-CURVES = (
-    ("success rate", [("success_rate", "train"), ("eval_success_rate", "held-out")]),
-    ("mean return", [("mean_return", "train"), ("eval_mean_return", "held-out")]),
-    ("valid-action rate", [("valid_action_rate", "train"), ("eval_valid_action_rate", "held-out")]),
-    ("step-group coverage", [("step_group_coverage", "train")]),
-)
+#: What one page shows at most, whatever the rollout file holds (docs/security.md): each
+#: text cut to ``--max-chars``; per group the first trajectories and steps of the grid, and
+#: its first revisited states with their first visits; groups while the page is under
+#: :data:`MAX_PAGE_CHARS` characters (one more step cell at most past it).
+MAX_TRAJS_SHOWN, MAX_STEPS_SHOWN = 64, 200
+MAX_STATES_SHOWN, MAX_VISITS_SHOWN = 100, 64
+MAX_PAGE_CHARS = 64 * 2**20
+MAX_GROUPS_LISTED = 2000
+
+
+class Budget:
+    """Characters of page left to write; a piece is taken while any are left."""
+
+    def __init__(self, chars: int = MAX_PAGE_CHARS) -> None:
+        self.left = chars
+
+    def take(self, text: str) -> bool:
+        """Counts ``text`` against the budget; False (nothing counted) when none was left."""
+        if self.left <= 0:
+            return False
+        self.left -= len(text)
+        return True
+
+
 # Colour-blind-safe palette (Okabe-Ito, then Tol's muted), cycled for step-group labels.
 PALETTE = (
     "#E69F00", "#56B4E9", "#009E73", "#F0E442", "#0072B2", "#D55E00", "#CC79A7",
@@ -54,129 +69,6 @@ def _sign_class(value: float | None) -> str:
     return "pos" if value > 0 else "neg"
 
 
-def svg_chart(title: str, series: Sequence[tuple[str, list[tuple[float, float]]]]) -> str:
-    """A small line chart as inline SVG: x = iteration (1-based), one polyline per series."""
-    width, height, left, right, top, bottom = 360, 220, 46, 10, 42, 34
-    points = [p for _, values in series for p in values]
-    if not points:
-        return f'<figure class="chart"><figcaption>{esc(title)}</figcaption><p>no data</p></figure>'
-    xs = [p[0] for p in points]
-    ys = [p[1] for p in points]
-    x0, x1 = min(xs), max(xs)
-    y0, y1 = min(ys), max(ys)
-    if y0 == y1:
-        y0, y1 = y0 - 0.5, y1 + 0.5
-    if x0 == x1:
-        x0, x1 = x0 - 0.5, x1 + 0.5
-
-    # halves first, so that values near the float limits neither overflow nor divide by 0
-    x_span, y_span = x1 / 2 - x0 / 2, y1 / 2 - y0 / 2
-
-    def sx(x: float) -> float:
-        share = (x / 2 - x0 / 2) / x_span if x_span > 0 else 0.5
-        return left + share * (width - left - right)
-
-    def sy(y: float) -> float:
-        share = (y1 / 2 - y / 2) / y_span if y_span > 0 else 0.5
-        return top + share * (height - top - bottom)
-
-    parts = [
-        f'<svg viewBox="0 0 {width} {height}" width="{width}" height="{height}" role="img" '
-        f'aria-label="{esc(title)}">',
-        f'<text x="{left}" y="16" class="ct">{esc(title)}</text>',
-        f'<line x1="{left}" y1="{height - bottom}" x2="{width - right}" y2="{height - bottom}" '
-        'class="axis"/>',
-        f'<line x1="{left}" y1="{top}" x2="{left}" y2="{height - bottom}" class="axis"/>',
-    ]
-    for y in (y0, y0 / 2 + y1 / 2, y1):
-        parts.append(
-            f'<text x="{left - 4}" y="{sy(y) + 4:.1f}" class="tick" text-anchor="end">'
-            f"{y:.2f}</text>"
-        )
-    for x in sorted({round(x0), round(x0 / 2 + x1 / 2), round(x1)}):
-        parts.append(
-            f'<text x="{sx(x):.1f}" y="{height - bottom + 14}" class="tick" '
-            f'text-anchor="middle">{x}</text>'
-        )
-    parts.append(
-        f'<text x="{(left + width - right) / 2:.0f}" y="{height - 4}" class="tick" '
-        'text-anchor="middle">iteration</text>'
-    )
-    for index, (label, values) in enumerate(series):
-        if not values:
-            continue
-        color = ("#0072B2", "#D55E00", "#009E73")[index % 3]
-        path = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in values)
-        parts.append(f'<polyline points="{path}" fill="none" stroke="{color}" stroke-width="2"/>')
-        for x, y in values:
-            parts.append(
-                f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="2.5" fill="{color}">'
-                f"<title>{esc(label)} it {x:g}: {y:.3f}</title></circle>"
-            )
-        parts.append(
-            f'<text x="{left + 8 + 110 * index}" y="31" class="legend" fill="{color}">'
-            f"&#9632; {esc(label)}</text>"
-        )
-    parts.append("</svg>")
-    return f'<figure class="chart">{"".join(parts)}</figure>'
-
-
-def curves_html(
-    rows: list[dict[str, Any]], summaries: dict[int, dict[str, Any]] | None = None
-) -> str:
-    """The learning-curve charts of the metrics rows, and (from the saved rollouts) how often
-    A_S and A_E have opposite signs."""
-    charts = []
-    for title, keys in CURVES:
-        series = []
-        for key, label in keys:
-            values = [point for r in rows if (point := _point(r["iteration"], r.get(key)))]
-            if values:
-                series.append((label, values))
-        charts.append(svg_chart(title, series))
-    if summaries:
-        values = [
-            point for it, s in summaries.items() if (point := _point(it, s["sign_disagreement"]))
-        ]
-        charts.append(svg_chart("A_S against A_E: opposite signs", [("saved iterations", values)]))
-    return '<div class="charts">' + "".join(charts) + "</div>"
-
-
-def _point(iteration: Any, value: Any) -> tuple[float, float] | None:
-    """(1-based iteration, value) as finite floats, or None where either is no such number."""
-    x, y = as_float(iteration), as_float(value)
-    return None if x is None or y is None or not math.isfinite(x + 1) else (x + 1, y)
-
-
-def stats_html(summaries: dict[int, dict[str, Any]]) -> str:
-    """The per-iteration step-group statistics table."""
-    lines = [
-        '<table class="stats"><thead><tr><th>iteration</th><th>records</th>'
-        "<th>in step groups of size &ge; 2</th><th>step groups</th>"
-        "<th>step-group sizes (size: count)</th><th>A_S and A_E of opposite sign</th>"
-        "</tr></thead><tbody>"
-    ]
-    for iteration, s in summaries.items():
-        histogram = s["step_group_sizes"]
-        most = max(histogram.values(), default=1)
-        bars = "".join(
-            f'<span class="bar" title="{count} step groups of size {size}">'
-            f'<span style="height:{max(2, round(24 * count / most))}px"></span>'
-            f"<em>{size}</em></span>"
-            for size, count in histogram.items()
-        )
-        lines.append(
-            f'<tr data-iteration="{iteration}"><td><a href="#iteration">{iteration}</a></td>'
-            f"<td>{s['records']}</td><td>{100 * s['step_group_coverage']:.1f}%</td>"
-            f'<td>{s["step_groups"]}</td><td><div class="hist">{bars}</div>'
-            f"<small>{esc(', '.join(f'{k}: {v}' for k, v in histogram.items()))}</small></td>"
-            f"<td>{100 * s['sign_disagreement']:.1f}% "
-            f"<small>of {s['both_nonzero']}</small></td></tr>"
-        )
-    lines.append("</tbody></table>")
-    return "".join(lines)
-
-
 def _step_group_labels(records: list[dict[str, Any]]) -> dict[int, str]:
     """Label ``S1``, ``S2``, ... per step group of size >= 2, in order of first appearance."""
     sizes: dict[int, int] = defaultdict(int)
@@ -191,17 +83,25 @@ def _step_group_labels(records: list[dict[str, Any]]) -> dict[int, str]:
 
 
 def group_html(
-    group_id: Any, records: list[dict[str, Any]], labels: dict[int, str], max_chars: int
+    group_id: Any,
+    records: list[dict[str, Any]],
+    labels: dict[int, str],
+    max_chars: int,
+    budget: Budget | None = None,
 ) -> str:
-    """One group: trajectories side by side, then its revisited states ranked by A_S.
+    """One group: trajectories side by side, then its revisited states ranked by A_S; at
+    most :data:`MAX_TRAJS_SHOWN` x :data:`MAX_STEPS_SHOWN` steps and
+    :data:`MAX_STATES_SHOWN` states, while ``budget`` lasts (what is left out is said).
 
     ``labels``: :func:`_step_group_labels` of ``records``."""
+    budget = budget or Budget()
     trajs: dict[Any, list[dict[str, Any]]] = defaultdict(list)
     for r in records:
         trajs[r["traj_id"]].append(r)
     for steps in trajs.values():
         steps.sort(key=lambda r: r["step"])
     depth = max(len(steps) for steps in trajs.values())
+    shown = dict(list(trajs.items())[:MAX_TRAJS_SHOWN])
 
     def badge(gid: int) -> str:
         label = labels.get(gid)
@@ -216,8 +116,9 @@ def group_html(
         f"<h3>Group {key} <small>{len(trajs)} trajectories, {len(records)} steps, "
         f"{len(labels)} revisited states</small></h3>"
     )
+    out.append(_no_goal_note(records))
     out.append('<div class="grid"><table class="traj"><thead><tr><th>step</th>')
-    for traj, steps in trajs.items():
+    for traj, steps in shown.items():
         total = sum(r["reward"] or 0.0 for r in steps)
         a_e = steps[0]["episode_advantage"]
         out.append(
@@ -225,16 +126,29 @@ def group_html(
             f'{total:.2f} &middot; A_E <b class="{_sign_class(a_e)}">{_fmt(a_e)}</b></small></th>'
         )
     out.append("</tr></thead><tbody>")
-    for step in range(depth):
-        out.append(f"<tr><th>{step}</th>")
-        for steps in trajs.values():
+    rows_shown = 0
+    for step in range(min(depth, MAX_STEPS_SHOWN)):
+        cells = [f"<tr><th>{step}</th>"]
+        for steps in shown.values():
             if step >= len(steps):
-                out.append('<td class="empty"></td>')
+                cells.append('<td class="empty"></td>')
                 continue
             r = steps[step]
-            out.append(_step_cell(r, labels, badge(r["step_group_id"]), max_chars))
-        out.append("</tr>")
+            cells.append(_step_cell(r, labels, badge(r["step_group_id"]), max_chars))
+        cells.append("</tr>")
+        row = "".join(cells)
+        if not budget.take(row):
+            break
+        out.append(row)
+        rows_shown += 1
     out.append("</tbody></table></div>")
+    if rows_shown < depth or len(shown) < len(trajs):
+        out.append(
+            f'<p class="hint">Shown: the first {rows_shown} of {depth} steps of the first '
+            f"{len(shown)} of {len(trajs)} trajectories (the page's bounds: "
+            f"{MAX_STEPS_SHOWN} steps, {MAX_TRAJS_SHOWN} trajectories, "
+            f"{MAX_PAGE_CHARS // 2**20} Mi characters in all).</p>"
+        )
 
     members: dict[int, list[dict[str, Any]]] = defaultdict(list)
     for r in records:
@@ -245,33 +159,60 @@ def group_html(
             "<h4>Revisited states <small>each state reached more than once in this group, "
             "with the actions taken there ranked by A_S (the step advantage)</small></h4>"
         )
-        for gid, rows in members.items():
-            rows = sorted(rows, key=lambda r: -(r["step_advantage"] or 0.0))
-            text = rows[0]["anchor_text"] or rows[0]["observation"]
-            shown = (
-                f"<pre>{esc(text)}</pre>"
-                if len(text) <= 160
-                else f"<details><summary>state</summary><pre>{esc(text)}</pre></details>"
-            )
-            out.append(
-                f'<div class="state" data-step-group="{gid}">{badge(gid)} '
-                f"<small>{len(rows)} visits</small>{shown}"
-                '<table class="rank"><thead><tr><th>A_S</th><th>action</th><th>trajectory</th>'
-                "<th>step</th><th>reward</th><th>return (discounted)</th></tr></thead><tbody>"
-            )
-            for r in rows:
-                out.append(
-                    f'<tr data-traj="{esc(r["traj_id"])}" data-step="{r["step"]}">'
-                    f'<td><b class="{_sign_class(r["step_advantage"])}">'
-                    f"{_fmt(r['step_advantage'])}</b></td>"
-                    f'<td><code class="act">{esc(r["action"])}</code></td>'
-                    f"<td>{esc(r['traj_id'])}</td><td>{r['step']}</td>"
-                    f"<td>{_fmt(r['reward'], signed=False)}</td>"
-                    f"<td>{_fmt(r['return'], signed=False)}</td></tr>"
-                )
-            out.append("</tbody></table></div>")
+        for gid, rows in list(members.items())[:MAX_STATES_SHOWN]:
+            piece = _state_html(gid, rows, badge(gid), max_chars)
+            if not budget.take(piece):
+                break
+            out.append(piece)
+        if len(members) > MAX_STATES_SHOWN or budget.left <= 0:
+            out.append(f'<p class="hint">Not every one of the {len(members)} revisited states '
+                       "is listed (the page's bounds).</p>")  # fmt: skip
     out.append("</section>")
     return "".join(out)
+
+
+def _state_html(gid: int, rows: list[dict[str, Any]], badge: str, max_chars: int) -> str:
+    """One revisited state: its text and its first visits, ranked by A_S."""
+    rows = sorted(rows, key=lambda r: -(r["step_advantage"] or 0.0))
+    text = _bounded(rows[0]["anchor_text"] or rows[0]["observation"], max_chars)
+    shown = (
+        f"<pre>{esc(text)}</pre>"
+        if len(text) <= 160
+        else f"<details><summary>state</summary><pre>{esc(text)}</pre></details>"
+    )
+    out = [
+        f'<div class="state" data-step-group="{gid}">{badge} '
+        f"<small>{len(rows)} visits</small>{shown}"
+        '<table class="rank"><thead><tr><th>A_S</th><th>action</th><th>trajectory</th>'
+        "<th>step</th><th>reward</th><th>return (discounted)</th></tr></thead><tbody>"
+    ]
+    for r in rows[:MAX_VISITS_SHOWN]:
+        out.append(
+            f'<tr data-traj="{esc(r["traj_id"])}" data-step="{r["step"]}">'
+            f'<td><b class="{_sign_class(r["step_advantage"])}">'
+            f"{_fmt(r['step_advantage'])}</b></td>"
+            f'<td><code class="act">{esc(_bounded(r["action"], max_chars))}</code></td>'
+            f"<td>{esc(r['traj_id'])}</td><td>{r['step']}</td>"
+            f"<td>{_fmt(r['reward'], signed=False)}</td>"
+            f"<td>{_fmt(r['return'], signed=False)}</td></tr>"
+        )
+    out.append("</tbody></table></div>")
+    return "".join(out)
+
+
+def _no_goal_note(records: list[dict[str, Any]]) -> str:
+    """For GraphGPO's records: a note when no trajectory of the group reached the goal (its
+    state graph then has no goal, every state is 1 step from it, and the distances carry
+    no signal); else nothing."""
+    if not any("graph_distance" in r for r in records):
+        return ""
+    if any(r.get("graph_distance") == 0 or r.get("graph_next_distance") == 0 for r in records):
+        return ""
+    return (
+        '<p class="hint graph-no-goal">No trajectory of this group reached the goal, so '
+        "GraphGPO's state graph has no goal: every state counts as 1 step from it "
+        '("to goal 1 &rarr; 1") and the distances say nothing about the actions here.</p>'
+    )
 
 
 def _bounded(text: str, max_chars: int) -> str:
@@ -340,7 +281,7 @@ def _step_cell(r: dict[str, Any], labels: dict[int, str], badge: str, max_chars:
     )
     return (
         f'<td class="step {"valid" if valid else "invalid"}" {attributes}>{badge}'
-        f'<code class="act">{esc(r["action"])}</code><div class="nums">'
+        f'<code class="act">{esc(_bounded(r["action"], max_chars))}</code><div class="nums">'
         f"<span>reward <b>{_fmt(r['reward'], signed=False)}</b></span>"
         f"<span>{'&#10003; valid' if valid else '&#10007; invalid'}</span>"
         f'<span>A_E <b class="{_sign_class(a_e)}">{_fmt(a_e)}</b></span>'
@@ -352,16 +293,24 @@ def _step_cell(r: dict[str, Any], labels: dict[int, str], badge: str, max_chars:
 
 
 def iteration_html(
-    iteration: int, header: dict[str, Any], records: list[dict[str, Any]], max_chars: int
+    iteration: int,
+    header: dict[str, Any],
+    records: list[dict[str, Any]],
+    max_chars: int,
+    note: str = "",
 ) -> str:
-    """The chosen iteration: a list of its groups, and one inert template per group."""
+    """The chosen iteration: a list of its groups, one inert template per group (while the
+    page's budget lasts: :data:`MAX_PAGE_CHARS`), and the group most worth a look already
+    open (:func:`worth_a_look`). ``note`` says why this iteration is the one shown."""
     groups: dict[Any, list[dict[str, Any]]] = defaultdict(list)
     for r in records:
         groups[r["group_id"]].append(r)
+    estimator = esc(_bounded(str(header.get("estimator") or "?"), 100))
     out = [
         f'<section id="iteration" data-iteration="{iteration}"><h2>Iteration {iteration} '
-        f"<small>{len(records)} step records, {len(groups)} groups, estimator "
-        f"{esc(header.get('estimator') or '?')}, from {esc(header.get('source'))}</small></h2>",
+        f"<small>{len(records)} step records, {len(groups)} groups, estimator {estimator}, "
+        f"from {esc(_bounded(str(header.get('source')), 100))}</small></h2>",
+        f'<p class="hint">{esc(note)}</p>' if note else "",
         '<p class="hint">Pick a group. Steps that share a coloured label (S1, S2, ...) were '
         "taken from the same state: that is a GiGPO step group, and A_S compares the actions "
         "taken there. Invalid actions are shaded red.</p>",
@@ -369,24 +318,47 @@ def iteration_html(
         "<th>returns</th><th>revisited states</th><th>steps taken from them</th>"
         "</tr></thead><tbody>",
     ]
-    templates = []
-    for group_id, rows in groups.items():
+    budget, templates, first = Budget(), [], worth_a_look(groups)
+    opened = ""
+    for group_id, rows in list(groups.items())[:MAX_GROUPS_LISTED]:
+        if budget.left <= 0:
+            break
         labels = _step_group_labels(rows)
         trajs = sorted({r["traj_id"] for r in rows}, key=str)
-        returns = defaultdict(float)
+        returns: dict[Any, float] = defaultdict(float)
         for r in rows:
             returns[r["traj_id"]] += r["reward"] or 0.0
         covered = sum(r["step_group_id"] in labels for r in rows)
         key = esc(group_key(group_id))
+        shown_returns = " ".join(f"{returns[t]:.2f}" for t in trajs[:MAX_TRAJS_SHOWN])
         out.append(
-            f'<tr class="pick" data-group="{key}" tabindex="0">'
-            f'<td><a href="{esc(group_href(group_id))}">{key}</a></td><td>{len(trajs)}</td>'
-            f"<td>{len(rows)}</td><td>{esc(' '.join(f'{returns[t]:.2f}' for t in trajs))}</td>"
+            f'<tr class="pick{" open" if group_id == first else ""}" data-group="{key}" '
+            f'tabindex="0"><td><a href="{esc(group_href(group_id))}">{key}</a></td>'
+            f"<td>{len(trajs)}</td><td>{len(rows)}</td><td>{esc(shown_returns)}</td>"
             f"<td>{len(labels)}</td><td>{100 * covered / len(rows):.0f}%</td></tr>"
         )
-        body = group_html(group_id, rows, labels, max_chars)
+        body = group_html(group_id, rows, labels, max_chars, budget)
+        if group_id == first:
+            opened = body
         templates.append(f'<template data-group="{key}">{body}</template>')
-    out.append('</tbody></table><div id="group-view"><p class="hint">No group open.</p></div>')
+    if len(templates) < len(groups):
+        out.append(f'<tr><td colspan="6">{len(groups) - len(templates)} more groups not shown '
+                   "(the page's bounds)</td></tr>")  # fmt: skip
+    out.append(f'</tbody></table><div id="group-view">{opened}</div>')
     out.extend(templates)
     out.append("</section>")
     return "".join(out)
+
+
+def worth_a_look(groups: dict[Any, list[dict[str, Any]]]) -> Any:
+    """The group the page opens on: the one with the most steps whose step advantage is
+    nonzero (what GiGPO learned from here), then the most revisited states; the first
+    group when none has any."""
+
+    def score(item: tuple[Any, list[dict[str, Any]]]) -> tuple[int, int]:
+        rows = item[1]
+        return (sum(bool(r["step_advantage"]) for r in rows), len(_step_group_labels(rows)))
+
+    if not groups:
+        return None
+    return max(groups.items(), key=score)[0]

@@ -29,7 +29,8 @@ before it is used and escaped where it is written: a hand-edited or damaged file
 
 This module reads the run and assembles and writes the page; :mod:`training.viewer.serve`
 serves it, the checks of a rollout file are :mod:`training.viewer.checks`, the HTML pieces
-:mod:`training.viewer.html`, the inline style and script :mod:`training.viewer.assets`.
+:mod:`training.viewer.html` (the curves and statistics: :mod:`training.viewer.charts`), the
+inline style and script :mod:`training.viewer.assets`.
 """
 
 from __future__ import annotations
@@ -37,13 +38,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from training.files import atomic_write_text
+from training.files import atomic_write_text, check_writable_target
 from training.guarded import read_json_file
 from training.local.metrics import METRICS_FILE, read_metrics
 from training.locks import FolderBusyError, FolderLockError, hold_file
 from training.record_files import read_rollouts, read_summary, rollout_files
 from training.text import bound_text
 from training.viewer.assets import SCRIPT, STYLE
+from training.viewer.charts import curves_html, stats_html
 from training.viewer.checks import (
     SURROGATE,
     check_header,
@@ -51,7 +53,7 @@ from training.viewer.checks import (
     checked_summary,
     read_guarded,
 )
-from training.viewer.html import curves_html, esc, iteration_html, stats_html
+from training.viewer.html import esc, iteration_html
 
 VIEW_FILE = "view.html"
 
@@ -96,8 +98,8 @@ def build_page(
     summaries = {
         it: checked_summary(path, read_guarded(path, read_summary)) for it, path in files.items()
     }
-    config = _read_config(run)
-    title = f"gigpo run {run.resolve().name}"
+    config, what = _read_config(run)
+    title = f"{run.resolve().name}: {what}" if what else f"gigpo run {run.resolve().name}"
     body = [
         f"<h1>{esc(title)}</h1>",
         f'<p class="meta">{esc(config)} &middot; {len(metrics)} iterations in metrics.jsonl '
@@ -113,7 +115,9 @@ def build_page(
     ]
     info: dict[str, Any] = {"iteration": None, "records": 0, "iterations_saved": list(files)}
     if files:
-        chosen = max(files) if iteration is None else int(iteration)
+        chosen, note = (
+            (int(iteration), "") if iteration is not None else _worth_a_look(summaries, metrics)
+        )
         if chosen not in files:
             raise ViewError(
                 f"iteration {chosen} has no saved rollouts in {run}; saved: {list(files)}"
@@ -122,7 +126,7 @@ def build_page(
         header, records = read_guarded(path, read_rollouts)
         check_header(path, header)
         check_records(path, records)
-        body.append(iteration_html(chosen, header, records, max_chars))
+        body.append(iteration_html(chosen, header, records, max_chars, note))
         info.update(iteration=chosen, records=len(records))
     body.extend(stats)
     page = (
@@ -140,25 +144,54 @@ def build_page(
     return page, info
 
 
-def _read_config(run: Path) -> str:
+def _worth_a_look(
+    summaries: dict[int, dict[str, Any]], metrics: list[dict[str, Any]]
+) -> tuple[int, str]:
+    """The saved iteration the page opens on, and why: the latest one where some records
+    have both a nonzero step and a nonzero episode advantage, else the latest whose success
+    rate was neither 0 nor 1 (its groups' returns differ), else the latest saved."""
+    last = max(summaries)
+    rates = {r["iteration"]: r.get("success_rate") for r in metrics}
+    tests = {
+        "nonzero step and episode advantages": lambda it: summaries[it].get("both_nonzero", 0),
+        "a success rate between 0 and 1": lambda it: (
+            isinstance(rate := rates.get(it), float) and 0 < rate < 1
+        ),
+    }
+    for why, test in tests.items():
+        found = [it for it in summaries if test(it)]
+        if found:
+            chosen = max(found)
+            if chosen == last:
+                return chosen, ""
+            return chosen, (
+                f"Shown: iteration {chosen}, the latest saved with {why}; the last saved, "
+                f"{last}, has none to show (--iteration {last} opens it)."
+            )
+    return last, ""
+
+
+def _read_config(run: Path) -> tuple[str, str]:
     """One line of the run's ``config.json`` (read by the guarded reader; each value shown
-    cut short), or ``"no readable config.json"``."""
+    cut short), or ``"no readable config.json"``; and the page's title: the estimator and
+    the env (``""`` without a config)."""
     try:
         config = read_json_file(run / "config.json", "config", nonfinite=True)
         env, algo, model = config["env"], config["algo"], config["model"]
         values = [env["id"], env["num_groups"], env["group_size"], algo["estimator"],
                   model["name_or_path"]]  # fmt: skip
         if not all(isinstance(v, str | int) and not isinstance(v, bool) for v in values):
-            return "no readable config.json"
+            return "no readable config.json", ""
         name, groups, size, estimator, path = (bound_text(v, 200) for v in values)
         rank, revision = model.get("lora_rank"), model.get("revision")
         if isinstance(revision, str):
             path += "@" + revision[:12]
         if isinstance(rank, int) and not isinstance(rank, bool) and rank > 0:
             path += f", LoRA rank {rank}"
-        return f"env {name} ({groups} groups x {size}), estimator {estimator}, model {path}"
+        line = f"env {name} ({groups} groups x {size}), estimator {estimator}, model {path}"
+        return line, f"{bound_text(estimator, 40)} on {bound_text(name, 60)}"
     except (ValueError, KeyError, TypeError, MemoryError):  # GuardError is a ValueError
-        return "no readable config.json"
+        return "no readable config.json", ""
 
 
 def write_page(
@@ -182,6 +215,12 @@ def write_page(
     path = Path(output) if output is not None else Path(run_dir) / VIEW_FILE
     if not Path(run_dir).is_dir():
         raise ViewError(f"no run directory {run_dir}")  # before any folder is made for -o
+    try:  # a FIFO, device or link given as -o (or planted as view.html) is never replaced
+        check_writable_target(path)
+    except OSError as exc:
+        raise ViewError(
+            f"cannot write the page to {path}: it {str(exc).removeprefix(f'{path} ')}"
+        ) from None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         lock = hold_file(path, "gigpo-view")
