@@ -36,6 +36,51 @@ def _suite_file(tmp_path: Path, **changes) -> Path:
 
 
 @pytest.mark.parametrize(
+    ("kwargs", "part", "message"),
+    [
+        ({"dataset": "/etc/passwd"}, {}, "env.kwargs.dataset '/etc/passwd' is a path outside"),
+        ({}, {"dataset": "~/questions.jsonl"}, "parts[0].kwargs.dataset '~/questions.jsonl' is a"),
+        ({"corpus": "data/wiki.jsonl"}, {}, "env.kwargs.corpus 'data/wiki.jsonl' is a path"),
+        ({"files": ["{samples}/../../x"]}, {}, "env.kwargs.files[0] 'samples/../../x' leaves"),
+        ({"dataset": "x{samples}/a"}, {}, "a data root placeholder must start the path"),
+        (
+            {"dataset": "{samples}/searchqa/other.jsonl"},
+            {},
+            "no data.files or data.read entry covers samples/searchqa/other.jsonl",
+        ),
+        ({"data_path": "{webshop}"}, {}, "no data.files or data.read entry covers webshop"),
+    ],
+)
+def test_every_path_the_env_reads_is_under_a_data_root_and_hashed(tmp_path, kwargs, part, message):
+    data = {"read": ["samples/searchqa/nq_test16.jsonl"]}
+    path = _suite_file(tmp_path, data=data, env={"id": "gigpo/SearchQA-v0", "kwargs": kwargs},
+                       parts=[{"name": "NQ", "kwargs": part, "tasks": {"count": 2}}])  # fmt: skip
+    with pytest.raises(SuiteError, match=re.escape(message)):
+        load_suite(path)
+
+
+def test_paths_that_data_covers_load_and_plain_text_and_urls_are_no_paths(tmp_path):
+    data = {"read": ["samples/searchqa/nq_test16.jsonl", "alfworld/json_2.1.1/valid_seen/*/*/x"]}
+    env = {
+        "id": "gigpo/SearchQA-v0",
+        "kwargs": {
+            "dataset": "{samples}/searchqa/nq_test16.jsonl",
+            "data_dir": "{alfworld}",
+            "retriever_url": "http://127.0.0.1:8000/retrieve",
+            "split": "valid_seen",
+            "topk": 3,
+        },
+    }
+    load_suite(_suite_file(tmp_path, data=data, env=env))  # fmt: skip
+    # an ALFWorld game is read under data_dir: it must be hashed too
+    games = {"games": ["json_2.1.1/valid_seen/a/b/x", "../../../etc/game.tw-pddl"]}
+    path = _suite_file(tmp_path, data=data, env=env,
+                       parts=[{"name": "NQ", "tasks": games}])  # fmt: skip
+    with pytest.raises(SuiteError, match=re.escape("parts[0].tasks.games[1]")):
+        load_suite(path)
+
+
+@pytest.mark.parametrize(
     ("data", "key"),
     [
         ({"read": ["samples/../../../../etc/pass*"]}, "data.read[0]"),

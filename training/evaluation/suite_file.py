@@ -31,10 +31,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from training.evaluation.suite_paths import data_path_problem, kwarg_path_problem
 from training.guarded import GuardError, read_limited
 from training.local.checks import MAX_SEED
 from training.local.config import MAX_CONFIG_BYTES, ConfigError, read_yaml
-from training.text import bound_text, show
+from training.text import bound_text, did_you_mean, show
 
 #: Where the shipped suites live.
 SUITES_DIR = Path(__file__).resolve().parents[1] / "suites"
@@ -49,8 +50,6 @@ _EXTERNAL = {"alfworld": "ALFWORLD_DATA", "webshop": "WEBSHOP_DATA", "flashrag":
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_]+)\}")
 _ROOTS = {"samples", "cache", "alfworld", "webshop", "flashrag", "retriever"}
-#: The roots a ``data.files`` or ``data.read`` path may start with.
-_DATA_ROOTS = ("samples", "cache", "alfworld", "webshop", "flashrag")
 #: Where generated suite data goes when ``$GIGPO_SUITE_CACHE`` is not set (``<suite>/`` in it).
 DEFAULT_CACHE = "~/.cache/gigpo/suites"
 #: The most games a suite's ``data.generate`` writes (ALFWorld's training set has 3,553).
@@ -216,6 +215,15 @@ def load_suite(name: str | Path) -> Suite:
         sampling={"temperature": temperature, "top_p": top_p}, data=data, parts=loaded,
         path=path,
     )  # fmt: skip
+    kwargs = [("env.kwargs", env.get("kwargs", {}))]
+    kwargs += [(f"parts[{i}].kwargs", part.kwargs) for i, part in enumerate(loaded)]
+    data_dir = env.get("kwargs", {}).get("data_dir")  # ALFWorld's games are read under it
+    for i, part in enumerate(loaded):
+        games = part.tasks.get("games", [])
+        kwargs += [(f"parts[{i}].tasks.games[{j}]", f"{data_dir}/{g}") for j, g in enumerate(games)]
+    for key, value in kwargs:  # every path the env reads is under a root and hashed
+        if problem := kwarg_path_problem(value, key, data):
+            raise SuiteError(f"{path}: {problem}")
     text = json.dumps([env, data, [p.kwargs for p in loaded]])
     for placeholder in sorted(set(_PLACEHOLDER.findall(text)) - _ROOTS):
         raise SuiteError(f"{path}: unknown placeholder {{{placeholder}}}; known: {sorted(_ROOTS)}")
@@ -267,7 +275,10 @@ def set_roots(
 def _keys(raw: dict, allowed: set[str], required: set[str], prefix: str, path: Path) -> None:
     for key in raw:
         if key not in allowed:
-            raise SuiteError(f"{path}: unknown key {prefix}{key}; expected {sorted(allowed)}")
+            close = did_you_mean(key, allowed, prefix)
+            raise SuiteError(
+                f"{path}: unknown key {prefix}{key}{close}; expected {sorted(allowed)}"
+            )
     for key in sorted(required - set(raw)):
         raise SuiteError(f"{path}: missing key {prefix}{key}")
 
@@ -362,20 +373,8 @@ def _generate_limit(key: str) -> int | None:
 
 
 def _data_path(name: Any, key: str, path: Path) -> None:
-    """Refuses a data path that is not ``root/relative/path`` inside one data root: an
-    unknown root, an absolute rest or a ``..`` part (``samples/../../etc/passwd`` would hash
-    a file outside the data; :mod:`training.evaluation.data` checks symlinks when it reads)."""
-    root, _, rest = str(name).partition("/")
-    if not isinstance(name, str) or root not in _DATA_ROOTS or not rest.strip("/"):
-        raise SuiteError(
-            f"{path}: {key} must be a path under a data root ({', '.join(_DATA_ROOTS)}/...), "
-            f"got {show(name)}"
-        )
-    if rest.startswith("/") or ".." in rest.split("/"):
-        raise SuiteError(
-            f"{path}: {key} {show(name)} leaves its data root {root}/: a relative path without "
-            "'..' parts is expected"
-        )
+    if problem := data_path_problem(name, key):
+        raise SuiteError(f"{path}: {problem}")
 
 
 def _mapping(value: Any, key: str, path: Path) -> dict[str, Any]:
