@@ -15,7 +15,7 @@ Modules:
   clipped value loss, KL estimators, entropy, loss aggregation.
 
 Arrays in, arrays out, no state (docs/design.md, contract 3); the argument names are the
-project's vocabulary (docs/algorithm.md).
+project's vocabulary (docs/library.md).
 """
 
 from gigpo_algo.advantages import (

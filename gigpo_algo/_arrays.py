@@ -22,6 +22,7 @@ go through :func:`to_numpy`. torch is imported only when a tensor is passed in.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 from collections.abc import Sequence
@@ -49,12 +50,13 @@ class ArrayKind:
 
     ``device`` is None for numpy, else the input tensor's device; ``torch_dtype`` is the
     tensor's dtype when it is floating (None: torch's default float dtype for results);
-    ``numpy_dtype`` is the dtype of numpy results.
+    ``numpy_dtype`` is the dtype of numpy results; ``name`` the argument, for messages.
     """
 
     torch_dtype: Any = None
     device: Any = None
     numpy_dtype: Any = np.float64
+    name: str = dataclasses.field(default="the input", compare=False)
 
     @classmethod
     def of(cls, x: Any) -> ArrayKind:
@@ -97,13 +99,32 @@ class ArrayKind:
             raise ValueError(f"{name} must be numeric, got {type(x).__name__}: {err}") from None
 
     def wrap(self, values: np.ndarray) -> Any:
-        """Give a float numpy result back in this kind (a new tensor for torch)."""
+        """Give a float numpy result back in this kind (a new tensor for torch).
+
+        Raises:
+            ValueError: a value is past the range of a narrower dtype (float16's 65504, say),
+                where it would become inf; the message names the argument.
+        """
         if self.is_torch:
             import torch
 
             dtype = self.torch_dtype or torch.get_default_dtype()
+            if dtype != torch.float64:
+                self._check_fits(values, float(torch.finfo(dtype).max), dtype)
             return torch.as_tensor(values, dtype=dtype, device=self.device)
+        if np.finfo(self.numpy_dtype).max < np.finfo(np.float64).max:
+            self._check_fits(values, float(np.finfo(self.numpy_dtype).max), self.numpy_dtype)
         return values.astype(self.numpy_dtype, copy=False)
+
+    def _check_fits(self, values: np.ndarray, largest: float, dtype: Any) -> None:
+        with np.errstate(invalid="ignore"):
+            over = np.abs(values) > largest
+        if over.any():
+            raise ValueError(
+                f"{self.name} is {dtype}, and a result is past its range (|value| > "
+                f"{largest:.4g}) at flat positions {np.flatnonzero(over)[:5].tolist()}: pass "
+                f"{self.name} as float64"
+            )
 
 
 #: float64 numpy, the kind of results when no input is a tensor.
@@ -153,7 +174,7 @@ def to_float_array(
     if finite and not np.isfinite(arr).all():
         bad = np.flatnonzero(~np.isfinite(arr.ravel()))[:5].tolist()
         raise ValueError(f"{name} contains NaN or inf (flat positions {bad})")
-    return arr, ArrayKind.of(x)
+    return arr, dataclasses.replace(ArrayKind.of(x), name=name)
 
 
 class _NumpyOps:
@@ -301,6 +322,29 @@ def check_norm(norm: str, name: str = "norm") -> None:
 def check_eps(eps: float) -> None:
     if not (np.isfinite(eps) and eps >= 0):
         raise ValueError(f"eps must be a finite number >= 0, got {eps!r}")
+
+
+def check_overflow(values: np.ndarray, message: str) -> np.ndarray:
+    """``values`` itself when every entry is finite; else ValueError ``message`` and where.
+
+    For a result computed from finite inputs, NaN or inf means a step overflowed float64
+    (a sum of rewards near 1e308, say): the message names the input, and this adds the
+    first rows (a 2-D result: ``(row, column)`` pairs) where it happened. Compute such a
+    result under ``np.errstate(over="ignore", invalid="ignore")``: the error replaces
+    numpy's warnings.
+
+    Args:
+        values: float, any shape.
+        message: what overflowed, naming the input (``"rewards are too large: the
+            discounted returns overflow float64"``).
+    """
+    bad = ~np.isfinite(values)
+    if bad.any():
+        where = np.argwhere(bad)[:5]
+        if values.ndim == 1:
+            raise ValueError(f"{message} (at rows {where[:, 0].tolist()})")
+        raise ValueError(f"{message} (at (row, column) {[tuple(w) for w in where.tolist()]})")
+    return values
 
 
 def check_same_length(n: int, **arrays: Any) -> None:

@@ -54,8 +54,36 @@ def normalize_in_groups(
             population std (HGPO's clusters).
 
     Returns:
-        float64, shape (N,). Rows of a group with fewer than two members get 0.
+        float64, shape (N,). Rows of a group with fewer than two members get 0. Finite
+        under ``"mean_std"`` for any finite input; under ``"mean"`` and ``"loo"`` inf where
+        the difference itself is past float64's range (about 1.8e308): the caller checks
+        (:func:`~gigpo_algo._arrays.check_overflow`). No numpy warning is raised.
     """
+    with np.errstate(over="ignore", invalid="ignore"):
+        return _normalize(values, codes, num_groups, norm, eps, weights, own, ddof)
+
+
+def _normalize(
+    values: np.ndarray,
+    codes: np.ndarray,
+    num_groups: int,
+    norm: str,
+    eps: float,
+    weights: np.ndarray | None,
+    own: np.ndarray | None,
+    ddof: int,
+) -> np.ndarray:
+    """:func:`normalize_in_groups`, under the caller's ``np.errstate``."""
+    # Scale each group by the power of two just above its largest |value|: no difference,
+    # sum or square can then overflow, even for values near 1e308. Scaling by a power of
+    # two is exact, so the results are bit for bit those of the unscaled sums (unless a
+    # value is 2**1022 times smaller than its group's largest, where it is lost anyway).
+    top = np.zeros(num_groups)
+    np.maximum.at(top, codes, np.abs(values))
+    if own is not None:
+        np.maximum.at(top, codes, np.abs(own))
+    exponent = np.frexp(top)[1][codes]
+    values = np.ldexp(values, -exponent)
     # Work relative to each group's first value: a group whose values are all equal then
     # gives exactly 0 (no rounding from weighted means), and the sums lose less precision.
     first = np.full(num_groups, len(codes), dtype=np.int64)
@@ -63,7 +91,7 @@ def normalize_in_groups(
     pivot = values[first][codes]
     values = values - pivot
     if own is not None:
-        own = own - pivot
+        own = np.ldexp(own, -exponent) - pivot
     if weights is None:
         counts = np.bincount(codes, minlength=num_groups).astype(np.float64)
         sums = np.bincount(codes, weights=values, minlength=num_groups)
@@ -85,8 +113,12 @@ def normalize_in_groups(
             var = np.bincount(codes, weights=sq, minlength=num_groups) / np.maximum(
                 counts - float(ddof), 1.0
             )
-            denom = np.sqrt(var)[codes] + eps
+            # Both sides scaled alike: the ratio needs no scaling back.
+            denom = np.sqrt(var)[codes] + np.ldexp(eps, -exponent)
             # A group with all values equal has out == 0 exactly; keep 0/0 at 0.
             out = np.divide(out, denom, out=np.zeros_like(out), where=denom > 0)
+            out[members < 2] = 0.0
+            return out
+    out = np.ldexp(out, exponent)
     out[members < 2] = 0.0
     return out

@@ -9,6 +9,11 @@ anything else gives float64 numpy. Ids may be ints or strings.
 A trajectory is identified by the pair ``(group_id, traj_id)``, so trajectory ids may be
 numbered either globally or within each group.
 
+No function returns NaN or inf from finite inputs: a group is normalised in units of its
+largest value (a power of two, so the results are the unscaled ones bit for bit), and a
+result past float64's range (rewards near 1e308, say) raises ValueError naming the input
+and the rows, as does one past the range of the input's narrower dtype (float16, float32).
+
 Paper: Feng et al., "Group-in-Group Policy Optimization for LLM Agent Training" (2025),
 Eq. 3 (episode level), Eq. 6-8 (anchor groups, discounted returns, step level), Eq. 9.
 """
@@ -25,11 +30,13 @@ from gigpo_algo._arrays import (
 from gigpo_algo._arrays import (
     check_eps,
     check_norm,
+    check_overflow,
     to_float_array,
     to_ids,
     to_numpy,
 )
 from gigpo_algo._grouped import combine_codes, normalize_in_groups
+from gigpo_algo._returns import _discounted_returns, _penalised_returns, _penalty_overflows
 from gigpo_algo.baselines import (
     dr_grpo,
     filter_uniform_groups,
@@ -134,7 +141,8 @@ def episode_advantages(
     check_norm(norm)
     check_eps(eps)
     trajs = _traj_codes(traj_ids, groups, num_groups, len(s), stats)
-    return kind.wrap(_episode(s, groups, num_groups, trajs, norm, eps))
+    a_e = _episode(s, groups, num_groups, trajs, norm, eps)
+    return kind.wrap(check_overflow(a_e, f"scores are too large: {_A_E_OVERFLOWS}"))
 
 
 def step_advantages(
@@ -160,7 +168,8 @@ def step_advantages(
     codes, k = to_ids(step_group_ids, "step_group_ids", len(g))
     check_norm(norm)
     check_eps(eps)
-    return kind.wrap(normalize_in_groups(g, codes, k, norm, eps))
+    a_s = normalize_in_groups(g, codes, k, norm, eps)
+    return kind.wrap(check_overflow(a_s, f"returns are too large: {_A_S_OVERFLOWS}"))
 
 
 def gigpo_advantages(
@@ -216,6 +225,11 @@ def gigpo_advantages(
 
     Returns:
         :class:`GiGPOResult`, every field of shape (N,).
+
+    Raises:
+        ValueError: a malformed input, naming the argument; finite inputs so large that a
+            score, a return or an advantage overflows float64 (naming ``rewards``,
+            ``invalid_penalty`` or ``step_weight``, and the rows).
     """
     ep = episode_level(
         rewards,
@@ -232,12 +246,19 @@ def gigpo_advantages(
     step_ids = _step_groups(
         anchors, step_group_ids, ep, similarity, similarity_metric, "gigpo_advantages"
     )
-    returns = _discounted_returns(ep.rewards, ep.traj_codes, float(gamma)) - ep.penalties
+    returns = _penalised_returns(ep, float(gamma))
     num_step_groups = int(step_ids.max()) + 1 if len(returns) else 0
     a_s = normalize_in_groups(returns, step_ids, num_step_groups, norm, eps)
+    check_overflow(a_s, f"rewards are too large: {_A_S_OVERFLOWS}")
+    with np.errstate(over="ignore", invalid="ignore"):
+        advantages = ep.advantages + step_weight * a_s
+    check_overflow(
+        advantages, f"rewards are too large for step_weight={step_weight!r}: A_E + "
+        "step_weight * A_S overflows float64"
+    )  # fmt: skip
     wrap = ep.kind.wrap
     return GiGPOResult(
-        advantages=wrap(ep.advantages + step_weight * a_s),
+        advantages=wrap(advantages),
         episode_advantages=wrap(ep.advantages),
         step_advantages=wrap(a_s),
         returns=wrap(returns),
@@ -361,44 +382,23 @@ def episode_level(
         penalties = float(invalid_penalty) * invalid
     elif invalid_penalty:
         raise ValueError("invalid_penalty needs is_action_valid")
-    scores = np.bincount(traj_codes, weights=r, minlength=num_trajs)[traj_codes] - penalties
+    with np.errstate(over="ignore", invalid="ignore"):
+        sums = np.bincount(traj_codes, weights=r, minlength=num_trajs)[traj_codes]
+        check_overflow(
+            sums, "rewards are too large: the episode scores (a trajectory's reward sum) "
+            "overflow float64"
+        )  # fmt: skip
+        scores = check_overflow(sums - penalties, _penalty_overflows(invalid_penalty, "score"))
     ep_trajs = trajs if episode_stats == "trajectory" else None
     a_e = _episode(scores, groups, num_groups, ep_trajs, norm, eps)
+    check_overflow(a_e, f"rewards are too large: {_A_E_OVERFLOWS}")
     return EpisodeLevel(r, penalties, scores, a_e, groups, num_groups, traj_codes, num_trajs, kind)
 
 
 # ----------------------------------------------------------------------------- internals
 
-
-def _discounted_returns(r: np.ndarray, traj: np.ndarray, gamma: float) -> np.ndarray:
-    """Reverse discounted cumulative sum per trajectory by recursive doubling.
-
-    After the k-th pass, ``g[i]`` holds the discounted sum of the next 2^k rows of row i's
-    trajectory and ``mult[i]`` is gamma^(2^k) while row i + 2^k is still in it (else 0).
-    """
-    n = len(r)
-    if n == 0:
-        return np.zeros(0)
-    order = None
-    if n > 1 and (traj[1:] < traj[:-1]).any():
-        order = np.argsort(traj, kind="stable")
-        r, traj = r[order], traj[order]
-    g = r.copy()
-    mult = np.zeros(n)
-    mult[:-1] = np.where(traj[1:] == traj[:-1], gamma, 0.0)
-    shift = 1
-    while shift < n and mult.any():
-        g[:-shift] += mult[:-shift] * g[shift:]
-        nxt = np.zeros(n)
-        if 2 * shift < n:
-            nxt[: n - 2 * shift] = mult[: n - 2 * shift] * mult[shift : n - shift]
-        mult = nxt
-        shift *= 2
-    if order is None:
-        return g
-    out = np.empty(n)
-    out[order] = g
-    return out
+_A_E_OVERFLOWS = "the episode advantages (a score less its group's mean) overflow float64"
+_A_S_OVERFLOWS = "the step advantages (a return less its step group's mean) overflow float64"
 
 
 def _episode(

@@ -4,6 +4,8 @@ The group baselines take one row per sample (a response or a trajectory) with it
 score; to use them on step rows, give every row its trajectory's score (or use
 :func:`gigpo_algo.advantages.episode_advantages`, which can count each trajectory once).
 Inputs may be lists, numpy arrays or torch tensors; a tensor in gives a tensor out.
+Finite inputs give finite results or a ValueError naming the input that is too large (a
+difference or a GAE sum past float64's range), never NaN or inf.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from gigpo_algo._arrays import check_eps, to_float_array, to_ids
+from gigpo_algo._arrays import check_eps, check_overflow, to_float_array, to_ids
 from gigpo_algo._grouped import normalize_in_groups
 
 
@@ -20,7 +22,9 @@ def _grouped(scores: Any, group_ids: Any, norm: str, eps: float) -> tuple[np.nda
     s, kind = to_float_array(scores, "scores")
     codes, k = to_ids(group_ids, "group_ids", len(s))
     check_eps(eps)
-    return normalize_in_groups(s, codes, k, norm, eps), kind
+    out = normalize_in_groups(s, codes, k, norm, eps)
+    what = "a score less the mean of its group" + ("'s other members" if norm == "loo" else "")
+    return check_overflow(out, f"scores are too large: {what} overflows float64"), kind
 
 
 def grpo(scores: Any, group_ids: Any, *, eps: float = 1e-6) -> Any:
@@ -87,9 +91,18 @@ def reinforce_pp_baseline(scores: Any, group_ids: Any, *, eps: float = 1e-6) -> 
     a, kind = _grouped(scores, group_ids, "mean", 0.0)
     if len(a) < 2:
         return kind.wrap(np.zeros_like(a))
-    centered = a - a.mean()
-    std = centered.std(ddof=1)
-    return kind.wrap(centered / (std + eps) if std + eps > 0 else centered)
+    # In units of the power of two just above max |a|, so that no sum overflows; exact (the
+    # same bits as unscaled) since the scale is a power of two.
+    exponent = int(np.frexp(np.abs(a).max())[1])
+    with np.errstate(over="ignore", under="ignore"):
+        a = np.ldexp(a, -exponent)
+        centered = a - a.mean()
+        std = centered.std(ddof=1)
+        small = np.ldexp(eps, -exponent)
+        if std + small > 0:
+            return kind.wrap(centered / (std + small))
+        # Every a equal: centered is 0.
+        return kind.wrap(np.ldexp(centered, exponent))
 
 
 def filter_uniform_groups(scores: Any, group_ids: Any, *, atol: float = 0.0) -> np.ndarray:
@@ -114,7 +127,8 @@ def filter_uniform_groups(scores: Any, group_ids: Any, *, atol: float = 0.0) -> 
     lo = np.full(k, np.inf)
     np.maximum.at(hi, codes, s)
     np.minimum.at(lo, codes, s)
-    return (hi - lo > atol)[codes]
+    with np.errstate(over="ignore"):  # 1e308 - -1e308 is inf: they differ, rightly
+        return (hi - lo > atol)[codes]
 
 
 def filter_zero_advantage_groups(
@@ -194,14 +208,17 @@ def gae(
     adv = np.zeros_like(r)
     next_value = np.zeros(batch)
     running = np.zeros(batch)
-    for t in range(length - 1, -1, -1):
-        mask_t = m[:, t]
-        delta = r[:, t] + gamma * next_value - v[:, t]
-        candidate = delta + gamma * lam * running
-        running = np.where(mask_t > 0, candidate, running)
-        next_value = np.where(mask_t > 0, v[:, t], next_value)
-        adv[:, t] = np.where(mask_t > 0, candidate, 0.0)
-    returns = np.where(m > 0, adv + v, 0.0)
+    with np.errstate(over="ignore", invalid="ignore"):
+        for t in range(length - 1, -1, -1):
+            mask_t = m[:, t]
+            delta = r[:, t] + gamma * next_value - v[:, t]
+            candidate = delta + gamma * lam * running
+            running = np.where(mask_t > 0, candidate, running)
+            next_value = np.where(mask_t > 0, v[:, t], next_value)
+            adv[:, t] = np.where(mask_t > 0, candidate, 0.0)
+        returns = np.where(m > 0, adv + v, 0.0)
+    check_overflow(adv, "rewards or values are too large: the GAE advantages overflow float64")
+    check_overflow(returns, "values are too large: advantages + values overflow float64")
     return kind.wrap(adv), kind.wrap(returns)
 
 

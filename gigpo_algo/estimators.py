@@ -24,7 +24,7 @@ from gigpo_algo.advantages import (
     NORMS,
     STATS,
     GiGPOResult,
-    _discounted_returns,
+    _penalised_returns,
     episode_level,
     gigpo_advantages,
 )
@@ -216,13 +216,13 @@ def grpo_advantages(
         eps=eps,
     )
     n = len(ep.rewards)
-    togo = _discounted_returns(ep.rewards, ep.traj_codes, 1.0)  # for records and logs
+    togo = _penalised_returns(ep, 1.0)  # for records and logs
     wrap = ep.kind.wrap
     return GiGPOResult(
         advantages=wrap(ep.advantages),
         episode_advantages=wrap(ep.advantages.copy()),
         step_advantages=wrap(np.zeros(n)),
-        returns=wrap(togo - ep.penalties),
+        returns=wrap(togo),
         step_group_ids=np.arange(n, dtype=np.int64),
     )
 

@@ -13,7 +13,7 @@ are normalised in GiGPO's step groups and added to the episode advantage:
 Vectorised: the node codes of all groups at once, then a breadth-first search backwards from
 every group's goal over all edges together, one pass of the edge array per distance.
 
-What the official code does, matched (docs/algorithm.md lists it):
+What the official code does, matched (docs/notes/algorithm.md lists it):
 
 - an episode succeeded when its reward sum is > 0 (``success`` overrides this);
 - in a group where some episode succeeded, a state that cannot reach the goal gets the
@@ -37,7 +37,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from gigpo_algo._arrays import check_eps, factorize_ints, to_numpy
+from gigpo_algo._arrays import check_eps, check_overflow, factorize_ints, to_numpy
 from gigpo_algo._grouped import combine_codes, normalize_in_groups
 from gigpo_algo.advantages import (
     _check_bool,
@@ -134,7 +134,8 @@ def graphgpo_advantages(
         :class:`GraphGPOResult`.
 
     Raises:
-        ValueError: a malformed input, naming the argument.
+        ValueError: a malformed input, naming the argument; finite inputs so large that an
+            advantage overflows float64 (naming the input and the rows).
     """
     ep = family_episode_level(
         rewards, traj_ids, group_ids, norm, episode_stats, is_action_valid, invalid_penalty, eps
@@ -157,10 +158,20 @@ def graphgpo_advantages(
     steps = _step_groups(anchors, step_group_ids, ep, None, "difflib", "graphgpo_advantages")
     dist, next_dist = graph_distances(nodes, next_nodes, ep.groups, ep.num_groups)
     exponent = next_dist - dist + 1.0 if normalize_distance else next_dist
-    returns = GOAL_RETURN * float(gamma) ** exponent - ep.penalties
+    returns = GOAL_RETURN * float(gamma) ** exponent - ep.penalties  # exponent >= 0: finite
     num_steps = int(steps.max()) + 1 if n else 0
     a_s = normalize_in_groups(returns, steps, num_steps, norm, float(eps))
-    advantages = float(step_weight) * a_s + float(episode_weight) * ep.advantages
+    check_overflow(
+        a_s, f"invalid_penalty={invalid_penalty!r} is too large: the step advantages (a "
+        "return less its step group's mean) overflow float64"
+    )  # fmt: skip
+    with np.errstate(over="ignore", invalid="ignore"):
+        advantages = float(step_weight) * a_s + float(episode_weight) * ep.advantages
+    check_overflow(
+        advantages, f"rewards are too large for step_weight={step_weight!r} and "
+        f"episode_weight={episode_weight!r}: step_weight * A_S + episode_weight * A_E "
+        "overflows float64"
+    )  # fmt: skip
     wrap = ep.kind.wrap
     return GraphGPOResult(
         advantages=wrap(advantages),

@@ -12,10 +12,12 @@ returns; a step's advantage is the weighted mean of its groups' advantages, leve
 ``base_group``.
 
 Everything is vectorised: level k's group of a row is a code of (its level k-1 code, the
-state k-1 rows earlier in its trajectory), so the whole hierarchy costs K passes of
-``np.bincount`` over the rows.
+state k-1 rows earlier in its trajectory), one pass of ``np.bincount`` per level. Memory is
+linear in the rows N whatever ``history_length`` (:mod:`gigpo_algo._hierarchy`): a row alone
+in its group leaves the passes, and each level's items go straight into the weighted sums;
+the (K, N) tables of :class:`HGPOResult` are made only when read.
 
-What the official code does, matched by default (docs/algorithm.md lists it):
+What the official code does, matched by default (docs/notes/algorithm.md lists it):
 
 - a level's std is the population std (``unbiased=False``), the episode's the unbiased one;
 - a group of one member gives no item; an item whose advantage is exactly 0 is dropped from
@@ -32,24 +34,26 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from gigpo_algo._arrays import check_eps, factorize_ints
-from gigpo_algo._grouped import combine_codes, normalize_in_groups
+from gigpo_algo._arrays import check_eps
+from gigpo_algo._hierarchy import HGPOLevels, weighted_means
 from gigpo_algo.advantages import (
     EpisodeLevel,
     _check_bool,
     _check_finite,
     _check_unit_interval,
-    _discounted_returns,
+    _penalised_returns,
     _step_groups,
     episode_level,
 )
 
 __all__ = [
     "FAMILY_NORMS",
+    "HGPOLevels",
     "HGPOResult",
     "check_family_norm",
     "family_episode_level",
     "hgpo_advantages",
+    "level_weights",
     "trajectory_steps",
 ]
 
@@ -74,16 +78,28 @@ class HGPOResult(NamedTuple):
     """Shape (N,): the discounted return of each row, after the invalid-action penalty."""
     step_group_ids: np.ndarray
     """int64 (N,): the level-1 group of each row (GiGPO's step group)."""
-    level_group_ids: np.ndarray
-    """int64 (K, N): row k-1 holds each row's level-k group (numbered per level in order of
-    first appearance), -1 where the row has fewer than k states of history. K is
-    ``history_length + 1``, or the longest trajectory's length where that is shorter (the
-    deeper levels would hold no row)."""
-    level_sizes: np.ndarray
-    """int64 (K, N): the number of members of that group, 0 where there is none."""
-    level_advantages: np.ndarray
-    """float64 (K, N): the row's advantage in that group, NaN where the group has one member
-    or there is none (no item)."""
+    levels: HGPOLevels
+    """What the level tables below are made from, O(N) memory."""
+
+    @property
+    def level_group_ids(self) -> np.ndarray:
+        """int64 (K, N): row k-1 holds each row's level-k group (numbered per level in order
+        of first appearance), -1 where the row has fewer than k states of history. K is
+        ``history_length + 1``, or the longest trajectory's length where that is shorter
+        (the deeper levels would hold no row). Made on first read of any of the three
+        tables: K x N entries each, which the advantages never need."""
+        return self.levels.tables()[0]
+
+    @property
+    def level_sizes(self) -> np.ndarray:
+        """int64 (K, N): the number of members of that group, 0 where there is none."""
+        return self.levels.tables()[1]
+
+    @property
+    def level_advantages(self) -> np.ndarray:
+        """float64 (K, N): the row's advantage in that group, NaN where the group has one
+        member or there is none (no item)."""
+        return self.levels.tables()[2]
 
 
 def hgpo_advantages(
@@ -148,59 +164,30 @@ def hgpo_advantages(
         :class:`HGPOResult`.
 
     Raises:
-        ValueError: a malformed input, naming the argument.
+        ValueError: a malformed input, naming the argument; finite inputs so large that a
+            return, an advantage or a level weight overflows float64 (naming ``rewards``,
+            ``invalid_penalty`` or ``length_alpha``, and the rows).
     """
     ep = family_episode_level(
         rewards, traj_ids, group_ids, norm, episode_stats, is_action_valid, invalid_penalty, eps
     )
     _check_unit_interval(gamma, "gamma")
     check_history_length(history_length)
-    _check_finite(length_alpha, "length_alpha")
-    if length_alpha < 0:
-        raise ValueError(f"length_alpha must be >= 0, got {length_alpha!r}")
+    n = len(ep.rewards)
+    steps, prev = trajectory_steps(ep.traj_codes)
+    # Levels past the longest trajectory hold no row: K stops there.
+    num_levels = min(int(history_length) + 1, int(steps.max()) + 1 if n else 1)
+    weights = level_weights(num_levels, length_alpha)
     _check_bool(base_group, "base_group")
     _check_bool(drop_zero, "drop_zero")
     check_eps(eps)
     states = _step_groups(
         anchors, step_group_ids, ep, similarity, similarity_metric, "hgpo_advantages"
     )
-    n = len(ep.rewards)
-    returns = _discounted_returns(ep.rewards, ep.traj_codes, float(gamma)) - ep.penalties
-    steps, prev = trajectory_steps(ep.traj_codes)
-    # Levels past the longest trajectory hold no row: K stops there.
-    levels = min(int(history_length) + 1, int(steps.max()) + 1 if n else 1)
-    with np.errstate(over="ignore"):
-        weights = (np.arange(1, levels + 1, dtype=np.float64) + 1.0) ** float(length_alpha)
-    if not np.isfinite(weights).all():
-        raise ValueError(
-            f"length_alpha={length_alpha!r} is too large: the level weights (k + 1) ** "
-            f"length_alpha overflow for k up to {levels}"
-        )
-    level_ids = np.full((levels, n), -1, dtype=np.int64)
-    sizes = np.zeros((levels, n), dtype=np.int64)
-    level_adv = np.full((levels, n), np.nan)
-    key, num_keys = factorize_ints(states) if n else (states, 0)
-    member = np.arange(n)  # rows in this level; ``back`` is each one's oldest state's row
-    back = member.copy()
-    for k in range(levels):
-        if k:  # extend each window by the state one row further back
-            keep = prev[back] >= 0
-            member, back, key = member[keep], prev[back[keep]], key[keep]
-            if not len(member):
-                break
-            key, num_keys = combine_codes(key, num_keys, states[back], int(states.max()) + 1)
-        counts = np.bincount(key, minlength=num_keys)
-        level_ids[k, member] = key
-        sizes[k, member] = counts[key]
-        a = normalize_in_groups(returns[member], key, num_keys, norm, float(eps), ddof=0)
-        level_adv[k, member] = np.where(counts[key] >= 2, a, np.nan)
-    step_only = _weighted_mean(level_adv, weights, drop_zero, float(eps))
-    if base_group:
-        items = np.vstack([ep.advantages[None, :], level_adv])
-        w = np.concatenate([[1.0], weights])
-        advantages = _weighted_mean(items, w, drop_zero, float(eps))
-    else:
-        advantages = step_only
+    returns = _penalised_returns(ep, float(gamma))
+    levels = HGPOLevels(states, prev, returns, norm, float(eps), num_levels)
+    base = ep.advantages if base_group else None
+    step_only, advantages = weighted_means(levels, weights, base, drop_zero, float(eps))
     wrap = ep.kind.wrap
     return HGPOResult(
         advantages=wrap(advantages),
@@ -208,10 +195,29 @@ def hgpo_advantages(
         step_advantages=wrap(step_only),
         returns=wrap(returns),
         step_group_ids=states,
-        level_group_ids=level_ids,
-        level_sizes=sizes,
-        level_advantages=level_adv,
+        levels=levels,
     )
+
+
+def level_weights(num_levels: int, length_alpha: float) -> np.ndarray:
+    """HGPO's level weights: float64 (num_levels,), ``(k + 1) ** length_alpha`` for level
+    k = 1 .. num_levels (``history_length + 1`` levels at most).
+
+    Raises:
+        ValueError: ``length_alpha`` is not a finite number >= 0, or a weight overflows
+            float64 (the message names ``length_alpha`` and the deepest level).
+    """
+    _check_finite(length_alpha, "length_alpha")
+    if length_alpha < 0:
+        raise ValueError(f"length_alpha must be >= 0, got {length_alpha!r}")
+    with np.errstate(over="ignore"):
+        weights = (np.arange(1, num_levels + 1, dtype=np.float64) + 1.0) ** float(length_alpha)
+    if not np.isfinite(weights).all():
+        raise ValueError(
+            f"length_alpha={length_alpha!r} is too large: the level weights (k + 1) ** "
+            f"length_alpha overflow float64 for k up to {num_levels}"
+        )
+    return weights
 
 
 def family_episode_level(
@@ -250,18 +256,6 @@ def family_episode_level(
     scale = 1.0 if norm == "mean" else 1.0 / (1.0 + float(eps))
     advantages = np.where(lone, ep.scores * scale, ep.advantages)
     return ep._replace(advantages=advantages)
-
-
-def _weighted_mean(items: np.ndarray, weights: np.ndarray, drop_zero: bool, eps: float) -> Any:
-    """``sum_k w_k a_k / (sum_k w_k + eps)`` per column over the items present (not NaN;
-    not 0 under ``drop_zero``); 0 where none is. items (K, N), weights (K,)."""
-    present = ~np.isnan(items)
-    if drop_zero:
-        present &= items != 0.0
-    w = np.where(present, weights[:, None], 0.0)
-    total = w.sum(axis=0)
-    num = (w * np.where(present, items, 0.0)).sum(axis=0)
-    return np.divide(num, total + eps, out=np.zeros_like(num), where=total > 0)
 
 
 def trajectory_steps(traj_codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
