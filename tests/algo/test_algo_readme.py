@@ -1,4 +1,4 @@
-"""The gigpo_algo example of the README and of docs/algorithm.md runs and prints what it says."""
+"""The gigpo_algo example of the README and of docs/library.md runs and prints what it says."""
 
 import contextlib
 import io
@@ -14,7 +14,7 @@ def _advantages_example(page: str, section: str | None) -> str:
 
 
 @pytest.mark.parametrize(
-    ("page", "section"), [("README.md", None), ("docs/algorithm.md", "The functions")]
+    ("page", "section"), [("README.md", None), ("docs/library.md", "The functions")]
 )
 def test_advantages_example_runs(page, section):
     out = io.StringIO()
@@ -30,13 +30,13 @@ def test_advantages_example_runs(page, section):
 def test_family_example_runs_and_prints_what_it_says():
     blocks = [
         b
-        for b in code_blocks("docs/algorithm.md", "The family: HGPO and GraphGPO")
+        for b in code_blocks("docs/library.md", "The family: HGPO and GraphGPO")
         if "graphgpo_advantages(" in b
     ]
-    assert blocks, "docs/algorithm.md has no family example"
+    assert blocks, "docs/library.md has no family example"
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        exec(compile(blocks[0], "docs/algorithm.md", "exec"), {})
+        exec(compile(blocks[0], "docs/library.md", "exec"), {})
     text = out.getvalue()
     # k = 1 sizes: s0 x3, s1 x3, s2, s3, s1 ...; k = 2 needs a previous state.
     assert text.splitlines()[0].startswith("[[3 3 1 3 1 3 3 3]")

@@ -1,7 +1,7 @@
 """The four search-agent projects' clients, as their code sends and reads, against a real server.
 
 Their clients do not install here, so each is written down from reading its code (versions
-in ``docs/retrieval.md``): the body it posts to ``/retrieve`` for a turn's queries, the edge
+in ``docs/notes/retrieval.md``): the body it posts to ``/retrieve`` for a turn's queries, the edge
 cases it really sends, and the path by which it reads the answer. None of them reads more
 than ``result[i][j]["document"]["contents"]``; Search-R1 crashes on anything but a 200 with
 ``result``; verl and SkyRL retry a 500/502/503/504 ten times, so ordinary input must never

@@ -139,8 +139,8 @@ def test_the_papers_alfworld_config_plans_to_fit_one_80_gb_gpu(
     check_fits_80 = plan["peak"] * 1.1 + GIB
     assert check_fits_80 < 79 * GIB, plan["peak"] / GIB
     assert "unknown here" in printed and not (tmp_path / "run").exists()
-    # docs/training.md prints this plan: it is the plan
-    (documented,) = code_blocks("docs/training.md", "One GPU at the paper's scale", "text")
+    # docs/notes/training.md prints this plan: it is the plan
+    (documented,) = code_blocks("docs/notes/training.md", "One GPU at the paper's scale", "text")
     assert documented.splitlines() == printed.splitlines()[: len(documented.splitlines())]
     monkeypatch.setenv("GIGPO_FREE_MEMORY_GIB", "79")
     assert main(args) == 0
@@ -258,7 +258,7 @@ def test_the_shape_read_from_a_model_directory_is_the_hand_count(tmp_path):
 @pytest.mark.parametrize("name", ["searchqa_3b_lora", "searchqa_7b_lora", "webshop_gpu"])
 def test_the_papers_larger_runs_plan_to_fit_one_80_gb_gpu(name, tmp_path, capsys, monkeypatch):
     """The search runs (3B, 7B, LoRA) and WebShop (1.5B) fit an 80 GB card (79 GiB usable),
-    planned with nothing downloaded; docs/training.md prints each plan."""
+    planned with nothing downloaded; docs/notes/training.md prints each plan."""
     from training.local.__main__ import main
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
@@ -268,7 +268,7 @@ def test_the_papers_larger_runs_plan_to_fit_one_80_gb_gpu(name, tmp_path, capsys
     printed = capsys.readouterr().out
     assert "fits: peak" in printed
     plan = printed.splitlines()[:6]
-    documented = code_blocks("docs/training.md", "Models, LoRA and the paper's larger", "text")
+    documented = code_blocks("docs/notes/training.md", "The paper's larger runs", "text")
     assert plan in [block.splitlines() for block in documented]
     if "lora" in name:
         assert "LoRA rank 64" in plan[1] and "reference" not in plan[2]

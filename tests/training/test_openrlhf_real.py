@@ -592,7 +592,7 @@ def test_step_layout_trains_every_step_of_50_step_alfworld_episodes(tiny_model_d
 
 
 # ---------------------------------------------------------------------------------------
-# The OpenRLHF modes users turn on (docs/training.md#openrlhf-modes): each runs a whole
+# The OpenRLHF modes users turn on (docs/openrlhf.md#openrlhf-modes): each runs a whole
 # training step (asynchronous training: every step of the dataset) on OpenRLHF's real code,
 # under both sample layouts, with gigpo_algo's three estimators spread over the modes (they
 # share one code path from the turn records to the tokens).
