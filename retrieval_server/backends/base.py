@@ -195,7 +195,7 @@ class DiskDocs(Sequence[dict[str, str]]):
             for number, line in enumerate(handle, start=1):
                 try:
                     doc = json.loads(line)
-                except (json.JSONDecodeError, UnicodeDecodeError) as error:
+                except (ValueError, RecursionError) as error:  # bad JSON or UTF-8, too deep
                     raise BackendError(f"{self.path}:{number} is damaged: {error}") from None
                 if (
                     not isinstance(doc, dict)
@@ -223,7 +223,7 @@ class DiskDocs(Sequence[dict[str, str]]):
         try:
             doc = json.loads(os.pread(self._fd, end - start, start))
             return {"id": doc["id"], "contents": doc["contents"]}
-        except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as error:
+        except (ValueError, RecursionError, KeyError, TypeError) as error:
             raise BackendError(f"{self.path}:{index + 1} is damaged: {error!r}") from None
 
 
@@ -283,9 +283,9 @@ def read_meta(directory: str | os.PathLike[str]) -> dict[str, Any]:
     if not path.is_file():
         raise BackendError(f"{directory} is not an index directory: {META_FILE} is missing")
     try:
-        meta = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise BackendError(f"{path} is not valid JSON: {error}") from error
+        meta = json.loads(path.read_bytes())
+    except (ValueError, RecursionError) as error:  # bad JSON or UTF-8, too deep, huge int
+        raise BackendError(f"{path} is not valid JSON: {error}") from None
     if not isinstance(meta, dict) or not isinstance(meta.get("backend"), str):
         raise BackendError(f"{path} does not name a backend")
     if meta.get("format_version") != FORMAT_VERSION:

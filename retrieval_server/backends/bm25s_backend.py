@@ -70,8 +70,8 @@ class Analyzer:
                 language = "english" if stemmer == "auto" else stemmer
                 try:
                     self._stem = Stemmer.Stemmer(language).stemWord
-                except KeyError as error:
-                    raise ValueError(f"unknown stemmer language {stemmer!r}") from error
+                except (KeyError, AttributeError, TypeError):  # not a language's name
+                    raise ValueError(f"unknown stemmer language {stemmer!r}") from None
                 self.stemmer_name = language
         if stopwords not in (None, "en"):
             raise ValueError(f"stopwords must be 'en' or None, got {stopwords!r}")

@@ -53,6 +53,32 @@ def _import_faiss():
     return faiss
 
 
+def check_device(device: str) -> None:
+    """Raises :class:`BackendError` unless ``device`` names a torch device this machine has.
+
+    ``"cpu"``, ``"cuda"``, ``"cuda:N"`` (N below the GPU count), ``"mps"``, ...: a name torch
+    cannot parse, or a device that is not here, is refused before any model loads.
+    """
+    try:
+        import torch
+    except ImportError as error:
+        raise missing_dependency("torch", "dense") from error
+    try:
+        parsed = torch.device(device)
+    except (RuntimeError, TypeError, ValueError):
+        raise BackendError(f"unknown torch device {device!r}") from None
+    if parsed.type == "cpu":
+        return
+    if parsed.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count and (parsed.index is None or parsed.index < count):
+            return
+        raise BackendError(f"device {device!r} is not available here ({count} CUDA GPUs)")
+    if parsed.type == "mps" and torch.backends.mps.is_available():
+        return
+    raise BackendError(f"device {device!r} is not available here")
+
+
 def load_encoder(
     model: str | os.PathLike[str] | None, device: str = "cpu", max_seq_length: int | None = None
 ):
@@ -66,6 +92,7 @@ def load_encoder(
     path = default_model_path() if model is None else Path(model)
     if not path.is_dir():
         raise BackendError(f"model directory not found: {path} (models are never downloaded)")
+    check_device(device)
     os.environ["HF_HUB_OFFLINE"] = "1"
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     try:
