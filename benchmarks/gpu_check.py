@@ -405,7 +405,7 @@ def part_iteration(size: dict, model_dir: Path) -> None:
             "--algo.minibatch_size=256", "--algo.gamma=0.95", "--algo.norm=mean",
             "--algo.invalid_penalty=0.1", "--optim.lr=1e-6", "--run.iterations=1",
             "--run.checkpoint_every=0", "--run.save_rollouts_every=0", "--eval.every=0",
-            "--run.tensorboard=false",
+            "--run.report_to=none",
         )  # fmt: skip
         plan = run_plan(config, model_dir)
         reset_peak(device)

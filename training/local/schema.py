@@ -22,12 +22,13 @@ from training.settings import (
     EstimatorSettings,
     setting,
 )
+from training.text import show
 
 __all__ = [
-    "DTYPES", "PPO_DEFAULTS", "REMOVED_KEYS", "RENAMED_KEYS", "TRAINER_ESTIMATORS",
-    "AlgoConfig", "ConfigError", "EnvConfig", "EvalConfig", "ModelConfig", "OptimConfig",
-    "RolloutConfig", "RunConfig", "TrainConfig", "new_name", "ppo_gamma_renamed", "renamed",
-    "resolve_defaults", "resumable_keys",
+    "DTYPES", "PPO_DEFAULTS", "REMOVED_KEYS", "RENAMED_KEYS", "RENAMED_VALUES",
+    "TRAINER_ESTIMATORS", "AlgoConfig", "ConfigError", "EnvConfig", "EvalConfig", "ModelConfig",
+    "OptimConfig", "RolloutConfig", "RunConfig", "TrainConfig", "new_name", "ppo_gamma_renamed",
+    "renamed", "renamed_value", "resolve_defaults", "resumable_keys",
 ]  # fmt: skip
 
 #: Field metadata of a setting that may change when a run resumes (it does not change what
@@ -186,7 +187,7 @@ class AlgoConfig(EstimatorSettings):
     ``gspo``: GSPO's, with one ratio per step record's response, the geometric mean of its
     tokens' (``gspo_loss``; needs ``loss_agg: seq-mean-token-mean``; its paper clips at
     ``clip_low: 3e-4``, ``clip_high: 4e-4``). Each step record is its own sequence here, so
-    each keeps its own advantage (docs/training.md#gspo)."""
+    each keeps its own advantage (docs/notes/openrlhf.md#gspo)."""
     policy_epochs: int = 1
     """Passes of the policy update over the iteration's step records (other projects'
     ``ppo_epochs``; this project's old key ``algo.ppo_epochs`` is read as this one)."""
@@ -244,9 +245,12 @@ class RunConfig:
     last) to ``out/rollouts/`` for ``gigpo-view``; 0 never."""
     rollout_max_chars: int = field(default=2000, metadata=RESUMABLE)
     """Characters kept of each saved observation, action and anchor text; 0 keeps all."""
-    tensorboard: bool | None = field(default=None, metadata=RESUMABLE)
-    """Write every metric as a TensorBoard scalar under ``out/tensorboard``; None (the
-    default) does when the ``tensorboard`` package is installed."""
+    report_to: list[str] | None = field(default=None, metadata=RESUMABLE)
+    """The trackers that get every metric, as transformers' ``report_to``: any of
+    ``tensorboard`` (``out/tensorboard``), ``wandb``, ``trackio``; ``[all]`` (each one
+    installed) or ``[none]``. None (the default): ``[tensorboard]`` where its package is
+    installed, else none. A tracker named must be installed (training/local/trackers.py).
+    Was ``run.tensorboard`` (true: ``[tensorboard]``, false: ``[none]``, null: None)."""
 
 
 @dataclass
@@ -277,7 +281,20 @@ RENAMED_KEYS = {
     "env.eval_groups": "eval.groups",
     "run.eval_every": "eval.every",
     "rollout.eval_temperature": "eval.temperature",
+    "run.tensorboard": "run.report_to",
 }
+
+
+def _tensorboard_as_report_to(value: Any) -> list[str] | None:
+    """``run.tensorboard``'s value as ``run.report_to``'s (true, false, null)."""
+    if value is None or isinstance(value, bool):
+        return None if value is None else ["tensorboard" if value else "none"]
+    raise ConfigError(f"run.tensorboard (now run.report_to) must be true, false or null, "
+                      f"got {show(value)}")  # fmt: skip
+
+
+#: How a renamed key's old value reads as the new key's, where the type changed.
+RENAMED_VALUES = {"run.tensorboard": _tensorboard_as_report_to}
 
 
 def resolve_defaults(config: TrainConfig) -> TrainConfig:
@@ -326,7 +343,7 @@ def renamed(data: dict[str, Any], where: str = "") -> dict[str, Any]:
             continue  # the loader reports the malformed section
         if new_key in target:
             raise ConfigError(f"{where or 'config'}: give {new} or its old name {old}, not both")
-        target[new_key] = out[section].pop(name)
+        target[new_key] = renamed_value(old, out[section].pop(name))
         if where:
             _warn_renamed(old, new, where)
     return out
@@ -352,6 +369,13 @@ def ppo_gamma_renamed(algo: dict[str, Any], where: str = "") -> dict[str, Any]:
             stacklevel=3,
         )
     return {**algo, "gae_gamma": algo["gamma"], "gamma": None}
+
+
+def renamed_value(key: str, value: Any) -> Any:
+    """``value`` of the old dotted ``key`` as its new key reads it (:data:`RENAMED_VALUES`;
+    unchanged for most renamed keys)."""
+    convert = RENAMED_VALUES.get(key)
+    return value if convert is None else convert(value)
 
 
 def new_name(key: str, where: str) -> str:

@@ -1,8 +1,8 @@
 """Metrics as TensorBoard scalars: every number of a ``metrics.jsonl`` row, tag = its key.
 
-``run.tensorboard`` turns it on (true), off (false) or on when the ``tensorboard`` package is
-installed (null, the default; the ``train`` extra brings it). Events go to
-``out/tensorboard/``; ``tensorboard --logdir runs/`` shows every run under ``runs/``.
+One of the trackers of ``run.report_to`` (:mod:`training.local.trackers`), and what every
+tracker is sent: :func:`scalars`. Events go to ``out/tensorboard/``; ``tensorboard --logdir
+runs/`` shows every run under ``runs/``. The ``train`` extra brings the package.
 """
 
 from __future__ import annotations
@@ -20,24 +20,36 @@ def tensorboard_available() -> bool:
     return importlib.util.find_spec("tensorboard") is not None
 
 
+def scalars(row: dict[str, Any]) -> dict[str, float]:
+    """A metrics row's scalars, as every tracker gets them: each number but ``iteration``
+    (which is the step), bools as 0/1, as a float; text, null, NaN and inf left out."""
+    out = {}
+    for key, value in row.items():
+        if key != "iteration" and isinstance(value, int | float) and math.isfinite(value):
+            out[key] = float(value)
+    return out
+
+
 class ScalarLog:
-    """Writes each row's numbers (ints, floats, bools as 0/1; not NaN or inf) as scalars at
-    step ``row["iteration"]``.
+    """Writes each row's :func:`scalars` at step ``row["iteration"]``.
 
     Args:
         out: the run directory.
         completed: iterations already done (a resumed run): events at or past this step,
             written after the checkpoint and before a crash, are purged.
-        enabled: see the module doc; True without the package raises ``RuntimeError``
-            (the config check refuses it earlier, naming ``run.tensorboard``).
+        enabled: False writes nothing; True without the package raises ``RuntimeError`` (the
+            config check refuses it earlier, naming ``run.report_to``); None writes when the
+            package is installed.
     """
+
+    name = "tensorboard"
 
     def __init__(self, out: Path, completed: int = 0, enabled: bool | None = None) -> None:
         self.writer: Any = None
         if enabled is False or (enabled is None and not tensorboard_available()):
             return
         if not tensorboard_available():
-            raise RuntimeError("run.tensorboard is true but tensorboard is not installed")
+            raise RuntimeError("run.report_to names tensorboard, which is not installed")
         from torch.utils.tensorboard import SummaryWriter
 
         self.writer = SummaryWriter(
@@ -52,12 +64,8 @@ class ScalarLog:
         if self.writer is None:
             return
         step = int(row["iteration"])
-        for key, value in row.items():
-            if key == "iteration" or not isinstance(value, int | float):
-                continue
-            value = float(value)
-            if math.isfinite(value):
-                self.writer.add_scalar(key, value, global_step=step)
+        for key, value in scalars(row).items():
+            self.writer.add_scalar(key, value, global_step=step)
         self.writer.flush()
 
     def close(self) -> None:
