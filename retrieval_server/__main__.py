@@ -11,6 +11,10 @@ Ctrl+C stops it: requests under way get ``--shutdown-timeout-s`` to finish, then
 
 Every numeric flag has a range (the ``Limits`` ones in ``retrieval_server.limits.BOUNDS``);
 a value outside it, ``inf`` and ``nan`` included, exits with status 2 and names the flag.
+So does every other refusal: a corpus line that is not a document (named by file and line),
+a corpus that is not a regular file (a FIFO is never waited on), an ``--out`` that exists
+and is not an empty directory (an index is never written over; a new one is written beside
+it and renamed into place), an unknown or absent ``--device``, an empty ``--host``.
 """
 
 from __future__ import annotations
@@ -19,14 +23,24 @@ import argparse
 import json
 import math
 import os
+import secrets
+import shutil
 import socket
 import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import fields
+from pathlib import Path
+from typing import NoReturn
 
-from retrieval_server.backends import BACKENDS, BackendError, get_backend, load_backend
+from retrieval_server.backends import (
+    BACKENDS,
+    BackendError,
+    SearchBackend,
+    get_backend,
+    load_backend,
+)
 from retrieval_server.backends.base import read_meta
 from retrieval_server.corpus import CorpusError, read_corpus
 from retrieval_server.limits import BOUNDS, Limits, problem_with
@@ -79,15 +93,58 @@ def _build_options(args: argparse.Namespace) -> dict:
     return options
 
 
+def check_out(out: Path) -> None:
+    """Raises :class:`BackendError` unless ``out`` is absent or an empty directory.
+
+    ``index`` never writes into a folder that holds anything (an earlier index included):
+    it refuses before reading the corpus.
+    """
+    if not os.path.lexists(out):
+        return
+    if out.is_symlink() or not out.is_dir():
+        raise BackendError(f"--out {out} exists and is not a directory; give a new path")
+    if any(out.iterdir()):
+        raise BackendError(
+            f"--out {out} is not empty (an index is never written over); give a new or "
+            "empty directory"
+        )
+
+
+def save_index(backend: SearchBackend, out: Path) -> None:
+    """Saves ``backend`` into ``out`` as a whole: written beside it, then renamed into place.
+
+    The rename fails, leaving what is there, if ``out`` has meanwhile become a file or a
+    folder that holds anything; a failed save leaves nothing behind.
+    """
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = out.parent / f".{out.name}.partial-{os.getpid()}-{secrets.token_hex(4)}"
+    staging.mkdir()  # the mode a plain mkdir gives (umask), as the index will keep
+    try:
+        backend.save(staging)
+        os.rename(staging, out)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+
+
 def index_command(args: argparse.Namespace) -> int:
     """Builds and saves an index; returns the exit status."""
     started = time.perf_counter()
+    out = Path(args.out)
     try:
+        check_out(out)
+        if args.backend == "dense" and args.device is not None:
+            from retrieval_server.backends.dense_backend import check_device
+
+            check_device(args.device)
         docs = read_corpus(args.corpus, show_progress=not args.quiet)
         backend = get_backend(args.backend).build(docs, **_build_options(args))
-        backend.save(args.out)
+        save_index(backend, out)
     except (CorpusError, BackendError, ValueError, TypeError) as error:
         print(f"error: {error}", file=sys.stderr)
+        return 2
+    except OSError as error:  # --out's parent is a file, not writable, the disk is full
+        print(f"error: cannot write the index to --out {out}: {error}", file=sys.stderr)
         return 2
     seconds = time.perf_counter() - started
     print(
@@ -160,6 +217,9 @@ def serve_command(args: argparse.Namespace) -> int:
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    if not args.host.strip():
+        print("error: --host is empty; give an address (0.0.0.0: every interface)", file=sys.stderr)
+        return 2
     if (args.index is None) == (args.corpus is None):
         print("error: give exactly one of --index DIR or --corpus FILE", file=sys.stderr)
         return 2
@@ -224,11 +284,17 @@ def serve_command(args: argparse.Namespace) -> int:
     return 0
 
 
+class _Parser(argparse.ArgumentParser):
+    """Errors as one line and a hint, exit 2; the usage on ``--help`` only (as ``training``'s
+    commands, whose parser this package may not import)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\nrun '{self.prog} --help' for usage\n")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs the command line; returns the exit status."""
-    parser = argparse.ArgumentParser(
-        prog="python -m retrieval_server", description=__doc__.split("\n")[0]
-    )
+    parser = _Parser(prog="python -m retrieval_server", description=__doc__.split("\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
 
     index = commands.add_parser("index", help="build an index from a JSON-lines corpus")

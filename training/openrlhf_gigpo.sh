@@ -11,7 +11,7 @@
 # training/openrlhf/command.py). A flag given here overrides the default below.
 # --dry-run prints the fully resolved command and starts nothing. Every flag is checked
 # before Ray starts; OpenRLHF's modes (async training, dynamic filtering, GSPO, packing, ...)
-# and what each does with GiGPO: docs/training.md#openrlhf-modes.
+# and what each does with GiGPO: docs/openrlhf.md#openrlhf-modes.
 #
 # Needs: pip install -e ".[openrlhf]" (openrlhf==0.11.2, with vllm) on every node.
 # Ray: joins $RAY_ADDRESS when set, else starts a local head node if none is running.

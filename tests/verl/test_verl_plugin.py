@@ -117,13 +117,23 @@ def test_dry_run_prints_verls_command_with_our_agent_loop_and_estimator(capsys, 
         (["--group_size", "many"], "--group_size must be an int"),
         (["--env.num_tasks", "1000000000"], r"--env.num_tasks must be in \[1, 1000000\]"),
         (["--env.kwargs", "[1]"], "--env.kwargs must be a JSON object"),
+        # each bound as the OpenRLHF launcher's and the local trainer's; JSON read guarded
+        (["--env.num_tasks", "3000000"], r"--env.num_tasks must be in \[1, 1000000\]"),
+        (["--env.max_new_tokens", "999999"], r"--env.max_new_tokens must be in \[1, 32768\]"),
+        (["--history_length", "1001"], r"--history_length must be in \[0, 1000\]"),
+        (["--group_size", "1025"], r"--group_size must be in \[1, 1024\]"),
+        (["--env.workers", "1025"], r"--env.workers must be in \[0, 1024\]"),
+        (["--env.kwargs", "[" * 100_000], "--env.kwargs: nested too deeply"),
+        (["--env.kwargs", '{"a": 1' + "0" * 5000 + "}"], "--env.kwargs: an integer of 5001"),
+        (["--env.seed", str(2**64)], "unknown flag --env.seed"),  # the seeds are fixed
         (["--colour", "red"], "unknown flag --colour"),
         (["algorithm.use_kl_in_reward=True"], "use_kl_loss"),
         (["oops"], "neither one of our flags nor a Hydra override"),
         (["algorithm.gigpo.mode.x=1"], "settings are algorithm.gigpo.<name>"),
     ],
 )  # fmt: skip
-def test_dry_run_refuses_with_exit_2_naming_the_argument(capsys, args, message):
+def test_dry_run_refuses_with_exit_2_naming_the_argument(capsys, monkeypatch, args, message):
+    monkeypatch.setattr(sys, "argv", ["/venv/bin/gigpo-verl"])  # as the console script
     code, _, err = _dry_run(capsys, *args)
     assert code == 2
     assert err.startswith("gigpo-verl: error: ")

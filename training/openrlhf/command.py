@@ -66,10 +66,14 @@ from training.env_tasks import Task, task_label
 from training.guarded import GuardError, ParseError, load_json
 from training.openrlhf.estimator import FLAG_PREFIX, SETTINGS_ENV, GiGPOSettings
 from training.openrlhf.layout import (
+    MAX_ENV_TIMEOUT_S,
     UsageError,
+    check_env,
     check_estimator,
+    check_numbers,
     flag_value,
     has_flag,
+    in_bounds,
     resolve_layout,
     resolve_sizes,
 )
@@ -109,7 +113,9 @@ class Plan:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    # exit_on_error=False: a bad value raises ArgumentError (its message naming the flag),
+    # which plan() reports as one line, instead of argparse printing the usage and exiting
+    p = argparse.ArgumentParser(add_help=False, allow_abbrev=False, exit_on_error=False)
     p.add_argument("--env", dest="env_id", default="gigpo/Sokoban-v0")
     p.add_argument("--env.kwargs", dest="env_kwargs", default="{}")
     p.add_argument("--env.num_tasks", dest="num_tasks", type=int, default=1024)
@@ -148,6 +154,8 @@ def plan(argv: list[str]) -> Plan:
     """
     try:
         ours, theirs = _parser().parse_known_args(argv)
+    except argparse.ArgumentError as exc:
+        raise UsageError(str(exc)) from None
     except SystemExit:
         raise UsageError(
             "could not parse the gigpo flags (see the --help of this module)"
@@ -160,10 +168,8 @@ def plan(argv: list[str]) -> Plan:
         raise UsageError(str(exc)) from None
     if not isinstance(env_kwargs, dict):
         raise UsageError("--env.kwargs must be a JSON object")
-    if ours.num_tasks < 1 or ours.seed < 0 or (ours.history_length or 0) < 0:
-        raise UsageError("--env.num_tasks must be >= 1, --env.seed and --history_length >= 0")
-    if ours.max_new_tokens < 1:
-        raise UsageError("--env.max_new_tokens must be >= 1")
+    check_numbers(ours, theirs)  # before any task is made: --env.num_tasks is bounded
+    check_env(ours.env_id)
     env_workers = _env_workers(ours.env_workers)
     env_timeout_s = _env_timeout(ours.env_timeout_s)
     theirs = list(theirs)
@@ -258,7 +264,7 @@ def _env_workers(text: str) -> int | None:
         value = -1
     if value < 0:
         raise UsageError(f"--gigpo.env_workers must be auto or an int >= 0, got {text!r}")
-    return value
+    return in_bounds("--gigpo.env_workers", value)
 
 
 def _env_timeout(text: str) -> float | None:
@@ -268,8 +274,11 @@ def _env_timeout(text: str) -> float | None:
         value = float(text)
     except ValueError:
         value = -1.0
-    if not value > 0 or value == float("inf"):
-        raise UsageError(f"--gigpo.env_timeout_s must be a number > 0 or none, got {text!r}")
+    if not 0 < value <= MAX_ENV_TIMEOUT_S:
+        raise UsageError(
+            f"--gigpo.env_timeout_s must be a number > 0 or none, at most "
+            f"{MAX_ENV_TIMEOUT_S:g} (a day), got {text[:40]!r}"
+        )
     return value
 
 

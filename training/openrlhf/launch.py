@@ -25,6 +25,11 @@ import shutil
 import subprocess
 import sys
 
+from training.commands import interrupted, invoked_as
+
+#: How the job's own check (``python -m training.openrlhf.train --dry-run``) names itself.
+TRAIN_PROG = "python -m training.openrlhf.train"
+
 
 def defaults(gpus: str, async_enable: bool = False) -> list[str]:
     """The launcher's default flags for one node of ``gpus`` GPUs (Qwen2.5-1.5B, Sokoban).
@@ -95,8 +100,12 @@ def main(argv: list[str] | None = None) -> int:
     python = os.environ.get("PYTHON") or sys.executable
     dashboard = os.environ.get("RAY_DASHBOARD", "http://127.0.0.1:8265")
     gpus = os.environ.get("GPUS", "8")
-    if not gpus.isdigit() or int(gpus) < 1:
-        print(f"gigpo-openrlhf: error: GPUS must be an int >= 1, got {gpus!r}", file=sys.stderr)
+    prog = invoked_as("training.openrlhf.launch")
+    from training.openrlhf.layout import MAX_DEVICES
+
+    if not (gpus.isascii() and gpus.isdigit()) or not 1 <= int(gpus) <= MAX_DEVICES:
+        print(f"{prog}: error: GPUS must be an int >= 1 and <= {MAX_DEVICES}, got "
+              f"{gpus[:40]!r}", file=sys.stderr)  # fmt: skip
         return 2
     async_enable = any(a.split("=", 1)[0] == "--train.async_enable" for a in user)
     resolved = resolve(user, defaults(gpus, async_enable))
@@ -107,15 +116,15 @@ def main(argv: list[str] | None = None) -> int:
         print("# submit:")
         print(shlex.join(submit))
         print("# resolved (inside the job):", flush=True)
-        return subprocess.call(check)
+        return _check(check, prog, None)
     # every flag is checked here, before Ray is started or joined (the job checks again)
-    checked = subprocess.run(check, stdout=subprocess.DEVNULL)
-    if checked.returncode:
-        return checked.returncode
+    code = _check(check, prog, subprocess.DEVNULL)
+    if code:
+        return code
     if async_enable and not os.environ.get("RAY_ADDRESS"):
         need = _async_gpus(resolved)
         if need > int(gpus):
-            print(f"gigpo-openrlhf: error: --train.async_enable needs {need} GPUs (the actor's "
+            print(f"{prog}: error: --train.async_enable needs {need} GPUs (the actor's "
                   "and the vLLM engines', which cannot share them) on this one node of "
                   f"GPUS={gpus}", file=sys.stderr)  # fmt: skip
             return 2
@@ -126,11 +135,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         lock = hold_folder(folder, "openrlhf", "gigpo-openrlhf", "--gigpo.dataset_dir")
     except FolderLockError as exc:  # another launch writes there, or another kind of folder
-        print(f"gigpo-openrlhf: error: {exc}", file=sys.stderr)
+        print(f"{prog}: error: {exc}", file=sys.stderr)
         return 2
     try:
         if shutil.which("ray") is None:
-            print("gigpo-openrlhf: error: the ray command is not installed: pip install "
+            print(f"{prog}: error: the ray command is not installed: pip install "
                   "'gigpo[openrlhf]'", file=sys.stderr)  # fmt: skip
             lock.discard()  # a folder made just now is removed again
             return 2
@@ -142,8 +151,24 @@ def main(argv: list[str] | None = None) -> int:
                     ["ray", "start", "--head", "--num-gpus", gpus, "--dashboard-host", "127.0.0.1"]
                 )
         return subprocess.call(submit)  # the lock's file is not inherited (O_CLOEXEC)
+    except KeyboardInterrupt:  # the submit client stops following the job, which goes on
+        return interrupted(
+            prog, "stopped following the Ray job, which goes on running in the cluster: see "
+            "'ray job list', stop it with 'ray job stop ID'",
+        )  # fmt: skip
     finally:
         lock.release()
+
+
+def _check(check: list[str], prog: str, stdout: int | None) -> int:
+    """Runs the job's own check of the flags (``check``), its output to ``stdout`` (None:
+    this process's), its errors and warnings on stderr under this command's name ``prog``;
+    returns its exit status."""
+    done = subprocess.run(check, stdout=stdout, stderr=subprocess.PIPE, text=True)
+    for line in done.stderr.splitlines():
+        print(prog + line[len(TRAIN_PROG) :] if line.startswith(TRAIN_PROG + ":") else line,
+              file=sys.stderr)  # fmt: skip
+    return done.returncode
 
 
 def _async_gpus(resolved: list[str]) -> int:

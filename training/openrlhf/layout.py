@@ -53,6 +53,67 @@ OTHER_ENV_DEFAULTS = EnvDefaults(history_length=2, max_prompt_tokens=1024)
 OPENRLHF_ESTIMATORS = (
     "gae", "reinforce", "rloo", "reinforce_baseline", "group_norm", "dr_grpo", "flash_reinforce",
 )  # fmt: skip
+#: The seeds a task may have: ``[0, 2**32 - 1]``, as the local trainer's ``run.seed``
+#: (``training.local.checks.MAX_SEED``): every task's seed, ``--env.seed`` to
+#: ``--env.seed + --env.num_tasks - 1``, is in it.
+MAX_SEED = 2**32 - 1
+#: The most tasks a run's dataset holds (``--env.num_tasks``): 1,000,000, as ``gigpo-verl``'s
+#: (``training.verl.launch.MAX_COUNT``; Search-R1's 169,615 questions are the largest set
+#: here), about 1,000 times the default. Each is an object in memory and a line of
+#: ``tasks.jsonl``: a million resolve in about 4 s and 260 MB; 10**9 would never finish.
+MAX_TASKS = 1_000_000
+#: The most nodes, GPUs per node, engines or ranks of a parallel group a flag may name.
+MAX_DEVICES = 1024
+#: The longest ``--gigpo.env_timeout_s``: a day (an env call past it is stuck).
+MAX_ENV_TIMEOUT_S = 86_400.0
+#: ``flag -> (low, high)``: every integer flag the launcher reads, ours and OpenRLHF's. The
+#: local trainer's bound of the same setting where it has one (``training.local.checks.LIMITS``:
+#: ``rollout.max_new_tokens``, ``env.group_size``, ``env.history_length``,
+#: ``rollout.max_prompt_tokens``, ``run.threads``, ``run.save_rollouts_every``,
+#: ``run.rollout_max_chars``, ``algo.minibatch_size``); ``--data.max_len`` holds one step.
+FLAG_BOUNDS: dict[str, tuple[int, int]] = {
+    "--env.num_tasks": (1, MAX_TASKS),
+    "--env.seed": (0, MAX_SEED),
+    "--env.max_new_tokens": (1, 32_768),
+    "--group_size": (2, 1024),
+    "--history_length": (0, 1000),
+    "--gigpo.max_prompt_tokens": (1, 1_048_576),
+    "--gigpo.env_workers": (0, 1024),
+    "--gigpo.save_rollouts_every": (0, 10_000_000),
+    "--gigpo.rollout_max_chars": (0, 100_000_000),
+    "--data.max_len": (1, 1_048_576 + 32_768),
+    "--train.batch_size": (1, 1_000_000),
+    "--train.micro_batch_size": (1, 1_000_000),
+    "--rollout.micro_batch_size": (1, 1_000_000),
+    **{
+        flag: (1, MAX_DEVICES)
+        for flag in (
+            "--actor.num_nodes",
+            "--actor.num_gpus_per_node",
+            "--ref.num_nodes",
+            "--ref.num_gpus_per_node",
+            "--vllm.num_engines",
+            "--vllm.tensor_parallel_size",
+            "--ds.ring_attn_size",
+            "--ds.tensor_parallel_size",
+        )  # fmt: skip
+    },
+}
+#: Our integer flags (:data:`FLAG_BOUNDS`) -> their attribute in the parsed namespace;
+#: ``--gigpo.env_workers`` (``auto`` or an int) is read apart.
+OUR_NUMBERS = {
+    "--env.num_tasks": "num_tasks",
+    "--env.seed": "seed",
+    "--env.max_new_tokens": "max_new_tokens",
+    "--group_size": "group_size",
+    "--history_length": "history_length",
+    "--gigpo.max_prompt_tokens": "max_prompt_tokens",
+    "--gigpo.save_rollouts_every": "save_rollouts_every",
+    "--gigpo.rollout_max_chars": "rollout_max_chars",
+}
+#: OpenRLHF's integer flags the launcher reads (:data:`FLAG_BOUNDS`), checked where given.
+THEIR_NUMBERS = tuple(f for f in FLAG_BOUNDS if f not in OUR_NUMBERS and f.startswith(
+    ("--data.", "--train.", "--rollout.", "--actor.", "--ref.", "--vllm.", "--ds.")))  # fmt: skip
 #: ``--data.max_len`` of the episode layout when none is given.
 EPISODE_MAX_LEN = 4096
 #: OpenRLHF's learning-rate schedules that stay flat after the warmup.
@@ -62,6 +123,58 @@ FLAT_SCHEDULES = ("constant", "constant_with_warmup")
 def env_defaults(env_id: str) -> EnvDefaults:
     """The step layout's defaults of ``env_id`` (:data:`ENV_DEFAULTS`)."""
     return ENV_DEFAULTS.get(env_id, OTHER_ENV_DEFAULTS)
+
+
+def in_bounds(flag: str, value: int) -> int:
+    """``value`` if it is in ``flag``'s :data:`FLAG_BOUNDS`, else :class:`UsageError`."""
+    low, high = FLAG_BOUNDS[flag]
+    if not low <= value <= high:
+        side = f">= {low:,}" if value < low else f"<= {high:,}"
+        raise UsageError(f"{flag} must be {side} (in [{low:,}, {high:,}]), got {_cut(value)}")
+    return value
+
+
+def _cut(value: int) -> str:
+    text = str(value)
+    return text if len(text) <= 30 else f"{text[:12]}...{text[-6:]} ({len(text)} digits)"
+
+
+def check_numbers(ours: argparse.Namespace, theirs: list[str]) -> None:
+    """Refuses, naming the flag, an integer flag outside :data:`FLAG_BOUNDS` (ours as parsed,
+    OpenRLHF's that the launcher reads where given), and task seeds past :data:`MAX_SEED`."""
+    for flag, dest in OUR_NUMBERS.items():
+        value = getattr(ours, dest)
+        if value is not None:
+            in_bounds(flag, value)
+    for flag in THEIR_NUMBERS:
+        if has_flag(theirs, flag):
+            text = flag_value(theirs, flag, "")
+            try:
+                value = int(text)
+            except ValueError:
+                raise UsageError(f"{flag} must be an int, got {text[:40]!r}") from None
+            in_bounds(flag, value)
+    if ours.seed + ours.num_tasks - 1 > MAX_SEED:
+        raise UsageError(
+            f"--env.seed {ours.seed} + --env.num_tasks {ours.num_tasks}: the last task's seed "
+            f"would be past {MAX_SEED} (2**32 - 1)"
+        )
+
+
+def check_env(env_id: str) -> None:
+    """Refuses an ``--env`` that Gymnasium does not know, listing the registered ``gigpo/``
+    ids (importing :mod:`gigpo_envs` registers them; no env is built)."""
+    import gymnasium as gym
+
+    import gigpo_envs  # noqa: F401  (registers the ids)
+
+    try:
+        gym.spec(env_id)
+    except (gym.error.Error, ModuleNotFoundError, ValueError):
+        known = sorted(k for k in gym.registry if k.startswith("gigpo/"))
+        raise UsageError(
+            f"--env: unknown environment {env_id[:200]!r}; registered: {known}"
+        ) from None
 
 
 def check_estimator(estimator: str) -> None:

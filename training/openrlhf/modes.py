@@ -5,7 +5,7 @@ OpenRLHF 0.11.2's asynchronous training, partial rollouts, dynamic filtering, GS
 batches, colocation and prefix caching: which combinations cannot run (a
 :class:`~training.openrlhf.layout.UsageError` naming the flag and why) and what a user should
 know about the rest (warnings). What each mode does with GiGPO, and the test that shows it:
-docs/training.md#openrlhf-modes.
+docs/openrlhf.md#openrlhf-modes.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from training.openrlhf.layout import UsageError, flag_value, has_flag
 
 def check_modes(theirs: list[str], layout: str, gigpo_algo: bool, warnings: list[str]) -> None:
     """Refuses the OpenRLHF modes that cannot run together as given, before Ray starts, and
-    warns about what a mode does to GiGPO (docs/training.md#openrlhf-modes).
+    warns about what a mode does to GiGPO (docs/openrlhf.md#openrlhf-modes).
 
     Raises:
         UsageError: naming the flag and why.

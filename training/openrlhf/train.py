@@ -14,6 +14,7 @@ import runpy
 import shlex
 import sys
 
+from training.commands import invoked_as
 from training.openrlhf.command import OPENRLHF_MODULE, Plan, UsageError, dataset_lines, plan
 
 
@@ -93,13 +94,14 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     dry_run = "--dry-run" in argv
     argv = [a for a in argv if a != "--dry-run"]
+    prog = invoked_as("training.openrlhf.train")
     try:
         run_plan = plan(argv)
     except UsageError as exc:
-        print(f"training.openrlhf.train: {exc}", file=sys.stderr)
+        print(f"{prog}: error: {exc}", file=sys.stderr)
         return 2
     for warning in run_plan.warnings:
-        print(f"training.openrlhf.train: warning: {warning}", file=sys.stderr)
+        print(f"{prog}: warning: {warning}", file=sys.stderr)
     if dry_run:
         print(describe(run_plan, sys.executable))
         return 0
@@ -107,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         models = model_commits(run_plan.openrlhf_args)
     except FileNotFoundError as exc:  # training.hub.ModelNotFoundError: names the fetch
-        print(f"training.openrlhf.train: {exc}", file=sys.stderr)
+        print(f"{prog}: error: {exc}", file=sys.stderr)
         return 2
     prepare(run_plan)
     print(describe(run_plan, sys.executable), flush=True)

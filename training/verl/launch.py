@@ -28,6 +28,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from training.commands import interrupted, invoked_as
 from training.verl.config import VERL_ESTIMATORS, algorithm_settings
 
 #: verl 0.9.1's own estimators (its ``AdvantageEstimator`` and registry); a test checks
@@ -50,7 +51,7 @@ FLAGS: dict[str, Any] = {
     "--dataset_dir": "runs/verl_gigpo/data",
 }
 #: Per env: the prompt cap (tokens) and the step layout's default history, as the OpenRLHF
-#: launcher's (docs/training.md, the paper's runs).
+#: launcher's (docs/openrlhf.md, the defaults per env).
 ENV_DEFAULTS = {
     "gigpo/ALFWorld-v0": (2048, 2),
     "gigpo/WebShop-v0": (4096, 2),
@@ -63,9 +64,20 @@ SMALL_GAMES_PROMPT = 1024
 DEFAULT_GAMMA = {"gigpo": 0.95, "hgpo": 0.95, "graphgpo": 0.1}
 
 
-#: The most tasks (and of any other count flag) a launch takes: a dataset row is a task, and
-#: Search-R1's training set, the largest here, has 169,615 questions.
+#: The most tasks a launch takes: a dataset row is a task, and Search-R1's training set, the
+#: largest here, has 169,615 questions (training seeds stay below the validation ones).
 MAX_COUNT = 1_000_000
+#: ``flag -> (low, high)`` of our integer flags: the task counts up to :data:`MAX_COUNT`, the
+#: rest the local trainer's bound of the same setting (``training.local.checks.LIMITS``:
+#: ``rollout.max_new_tokens``, ``env.group_size``, ``env.history_length``, ``run.threads``).
+BOUNDS = {
+    "--env.num_tasks": (1, MAX_COUNT),
+    "--env.val_tasks": (1, MAX_COUNT),
+    "--env.max_new_tokens": (1, 32_768),
+    "--group_size": (1, 1024),
+    "--history_length": (0, 1000),
+    "--env.workers": (0, 1024),
+}
 
 
 class UsageError(ValueError):
@@ -133,22 +145,24 @@ def parse(argv: list[str]) -> tuple[dict[str, Any], dict[str, str], bool]:
         else:
             raise UsageError(f"{arg!r} is neither one of our flags nor a Hydra override key=value")
         i += 1
-    for name in ("--env.num_tasks", "--env.val_tasks", "--env.max_new_tokens", "--group_size",
-                 "--history_length", "--env.workers"):  # fmt: skip
+    for name, (low, high) in BOUNDS.items():
         value = ours[name]
         if value is None:
             continue
         try:
             ours[name] = int(value)
         except (TypeError, ValueError):
-            raise UsageError(f"{name} must be an int, got {value!r}") from None
-        low = 0 if name in ("--history_length", "--env.workers") else 1
-        if not low <= ours[name] <= MAX_COUNT:
-            raise UsageError(f"{name} must be in [{low}, {MAX_COUNT}], got {ours[name]}")
-    try:
-        kwargs = json.loads(ours["--env.kwargs"]) if isinstance(ours["--env.kwargs"], str) else {}
-    except json.JSONDecodeError as exc:
+            raise UsageError(f"{name} must be an int, got {str(value)[:40]!r}") from None
+        if not low <= ours[name] <= high:
+            raise UsageError(f"{name} must be in [{low}, {high}], got {str(value)[:40]}")
+    from training.guarded import GuardError, ParseError, load_json
+
+    try:  # the guarded reader: size, depth, integer digits, no NaN
+        kwargs = load_json(ours["--env.kwargs"], "--env.kwargs")
+    except ParseError as exc:
         raise UsageError(f"--env.kwargs is not JSON: {exc}") from None
+    except GuardError as exc:
+        raise UsageError(str(exc)) from None
     if not isinstance(kwargs, dict):
         raise UsageError("--env.kwargs must be a JSON object")
     ours["--env.kwargs"] = kwargs
@@ -264,11 +278,12 @@ def write_datasets(ours: dict[str, Any]) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     python = os.environ.get("PYTHON") or sys.executable
+    prog = invoked_as("training.verl.launch")
     try:
         ours, overrides, dry_run = parse(args)
         resolved, settings = resolve(ours, overrides)
     except UsageError as exc:
-        print(f"gigpo-verl: error: {exc}", file=sys.stderr)
+        print(f"{prog}: error: {exc}", file=sys.stderr)
         return 2
     cmd = command(resolved, python)
     shown = {k: v for k, v in ours.items() if k != "--env.kwargs"}
@@ -281,7 +296,7 @@ def main(argv: list[str] | None = None) -> int:
     if dry_run:
         return 0
     if importlib.util.find_spec("verl") is None:
-        print("gigpo-verl: error: verl is not installed: pip install 'gigpo[verl]'",
+        print(f"{prog}: error: verl is not installed: pip install 'gigpo[verl]'",
               file=sys.stderr)  # fmt: skip
         return 2
     from training.locks import FolderLockError, hold_folder
@@ -289,11 +304,16 @@ def main(argv: list[str] | None = None) -> int:
     try:  # one writer per folder: a second launch into it is refused, naming the holder
         lock = hold_folder(ours["--dataset_dir"], "verl", "gigpo-verl", "--dataset_dir")
     except FolderLockError as exc:
-        print(f"gigpo-verl: error: {exc}", file=sys.stderr)
+        print(f"{prog}: error: {exc}", file=sys.stderr)
         return 2
     try:
         write_datasets(ours)
         return subprocess.call(cmd)  # the lock's file is not inherited (O_CLOEXEC)
+    except KeyboardInterrupt:  # verl got the Ctrl-C too, and keeps its own checkpoints
+        return interrupted(
+            prog, "verl was stopped; the checkpoints it saved (trainer.default_local_dir) are "
+            "kept, and trainer.resume_mode=auto resumes from the last",
+        )  # fmt: skip
     finally:
         lock.release()
 
