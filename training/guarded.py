@@ -14,7 +14,8 @@ number of characters:
 * **integers**: at most :data:`MAX_INT_DIGITS` digits (Python's own limit would otherwise
   raise a bare ``ValueError`` deep inside the parser, and a long one is slow to read);
 * **YAML**: no anchors or aliases (``&name``, ``*name``: a few lines of aliases expand to
-  gigabytes); PyYAML's safe loader only (no tags that build objects);
+  gigabytes); no key twice in one mapping (PyYAML keeps the last silently; the error names
+  the dotted key and both lines); PyYAML's safe loader only (no tags that build objects);
 * **NaN and Infinity**: refused in JSON by default (``NaN``, ``Infinity``, and a number
   past float's range such as ``1e400``); a reader that may meet them (a run's
   ``config.json``, whose free-form ``env.kwargs`` may hold YAML's ``.inf``) passes
@@ -33,6 +34,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from training.files import open_regular
 from training.text import bound_text
 
 __all__ = [
@@ -167,7 +169,7 @@ def read_limited(path: str | os.PathLike[str], what: str, max_bytes: int) -> byt
     """
     where = _where(path, what)
     try:
-        with open(path, "rb") as handle:
+        with open_regular(path) as handle:  # a FIFO or device is refused, never waited on
             data = handle.read(max_bytes + 1)
     except OSError as exc:
         raise GuardError(f"{where}: cannot read it ({exc.strerror or exc})") from None
@@ -285,7 +287,7 @@ def _yaml_loader() -> Any:
         return _LOADER
     import yaml
 
-    int_tag = "tag:yaml.org,2002:int"
+    int_tag, merge_tag = "tag:yaml.org,2002:int", "tag:yaml.org,2002:merge"
 
     class Loader(yaml.SafeLoader):
         def __init__(self, text: str, where: str, max_depth: int) -> None:
@@ -298,6 +300,24 @@ def _yaml_loader() -> Any:
             place = f"line {mark.line + 1}, column {mark.column + 1}"
             key = bound_text(dotted.lstrip("."), 200)
             return f"{self.where}: {key} ({place})" if key else f"{self.where} ({place})"
+
+        def refuse_duplicates(self, node: Any) -> None:
+            """A mapping that names a key twice is refused (PyYAML would keep the last
+            value and drop the first silently), naming the dotted key and both lines."""
+            first: dict[tuple[str, str], int] = {}
+            for key, _ in node.value:
+                if not isinstance(key, yaml.ScalarNode) or key.tag == merge_tag:
+                    continue
+                if (key.tag, key.value) not in first:
+                    first[key.tag, key.value] = key.start_mark.line + 1
+                    continue
+                self.keys.append(str(key.value))
+                place = self.at(key.start_mark)
+                self.keys.pop()
+                raise GuardError(
+                    f"{place}: duplicate key (first on line {first[key.tag, key.value]}); "
+                    "name each key once"
+                )
 
         def compose_node(self, parent: Any, index: Any) -> Any:
             event = self.peek_event()
@@ -328,6 +348,8 @@ def _yaml_loader() -> Any:
                             f"{self.at(node.start_mark)}: an integer of {digits} digits; at "
                             f"most {MAX_INT_DIGITS} are read"
                         )
+                if isinstance(node, yaml.MappingNode):
+                    self.refuse_duplicates(node)
                 return node
             finally:
                 self.keys.pop()

@@ -1,11 +1,14 @@
-"""Bounded text: values shown in error messages, and texts saved in step-record files.
+"""Bounded text: values shown in error messages, and texts saved in step-record files; the
+close match an error about an unknown name suggests.
 
 Neither ever builds more than a bounded amount of text, however large its input.
 """
 
 from __future__ import annotations
 
+import difflib
 import reprlib
+from collections.abc import Iterable
 from typing import Any
 
 _SHORT = reprlib.Repr()
@@ -26,3 +29,13 @@ def bound_text(text: Any, max_chars: int) -> str:
     if max_chars <= 0 or len(text) <= max_chars:
         return text
     return f"{text[:max_chars]} ... [+{len(text) - max_chars} chars]"
+
+
+def did_you_mean(name: Any, known: Iterable[str], prefix: str = "") -> str:
+    """``"; did you mean PREFIX+X?"`` for the name of ``known`` closest to ``name``
+    (:func:`difflib.get_close_matches`, its default cutoff), else ``""``: the tail of an error
+    about an unknown key or section. A name over 100 characters gets no suggestion."""
+    if not isinstance(name, str) or len(name) > 100:
+        return ""
+    match = difflib.get_close_matches(name, list(known), n=1)
+    return f"; did you mean {prefix}{match[0]}?" if match else ""

@@ -16,11 +16,13 @@ import json
 import sys
 from pathlib import Path
 
+from training.commands import CommandParser, interrupted, invoked_as
 from training.evaluation.heldout import (
     DEFAULT_BATCH_SIZE,
     PROMPTS,
     EvalSettings,
     ModelError,
+    default_out,
     eval_config,
     evaluate_heldout,
     prompt_config,
@@ -32,8 +34,8 @@ from training.locks import FolderLockError
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m training.cli.evaluate",
+    parser = CommandParser(
+        prog=invoked_as("training.cli.evaluate"),
         description="Play held-out tasks of a gigpo env with a model; report success with a "
         "95% interval, mean return, valid-action rate and episode length.",
         epilog="Any --section.key=value overrides the config (e.g. --env.id=gigpo/Sokoban-v0 "
@@ -57,7 +59,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-new-tokens", type=int, default=None)
     parser.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE)
     parser.add_argument(
-        "--out", default=None, help="default runs/evaluate; with --suite runs/suites/SUITE/RUN"
+        "--out",
+        default=None,
+        help="default runs/evaluate/MODEL (one per model); with --suite runs/suites/SUITE/RUN",
     )
     suites = parser.add_argument_group("pinned suites (docs/evaluation.md)")
     suites.add_argument("--suite", help="a shipped suite name or a suite YAML file")
@@ -87,15 +91,18 @@ def main(argv: list[str] | None = None) -> int:
         help="an earlier run's data_manifest.json the data must equal",
     )
     args, overrides = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
+    given = [d for d, v in vars(args).items() if v != parser.get_default(d)] + overrides[:1]
     if args.list_suites or args.compare:
-        if args.suite or args.model:
-            parser.error("--list-suites and --compare take no --suite or --model")
+        if others := [d for d in given if d not in ("list_suites", "compare")]:
+            parser.error(f"--list-suites and --compare take no {_flag(others[0])}")
         return _suite_tools(args, parser)
     if args.model is None:
         parser.error("the following arguments are required: --model")
     if args.suite is not None:
         return _suite(args, overrides, parser)
-    out = Path(args.out or "runs/evaluate")
+    if suite_only := [d for d in given if d in SUITE_ONLY]:
+        parser.error(f"{_flag(suite_only[0])} applies to a suite only (--suite NAME)")
+    out = Path(args.out) if args.out else default_out(args.model)  # one folder per model
     try:
         config = eval_config(args.model, args.config, overrides)
         settings = EvalSettings(
@@ -109,14 +116,17 @@ def main(argv: list[str] | None = None) -> int:
         settings.check()
         config = prompt_config(config, settings)
     except ConfigError as exc:
-        parser.error(str(exc))
+        parser.fail(str(exc))
     try:
         summary = evaluate_heldout(args.model, config, settings, out)
     except FolderLockError as exc:  # another process holds --out, or it is not an evaluation's
         print(f"{parser.prog}: error: {exc}", file=sys.stderr)
         return 2
     except ModelError as exc:
-        parser.error(str(exc))
+        parser.fail(str(exc))
+    except KeyboardInterrupt:
+        return interrupted(parser.prog, "held-out evaluation keeps nothing (it does not "
+                           "resume); run the same command to start again")  # fmt: skip
     print(json.dumps(summary))
     low, high = summary["success_rate_ci95"]
     print(
@@ -131,8 +141,17 @@ def main(argv: list[str] | None = None) -> int:
 
 # ----------------------------------------------------------------------------- internals
 
+#: The options only a suite reads (``--suite``); refused without one.
+SUITE_ONLY = ("group_size", "max_episodes", "data_dir", "retriever_url", "data_manifest")
 
-def _suite(args: argparse.Namespace, overrides: list[str], parser: argparse.ArgumentParser) -> int:
+
+def _flag(dest: str) -> str:
+    """The option of an argument's ``dest`` (``group_size``: ``--group-size``); an override
+    (``--env.id=x``) as it was given, up to its ``=``."""
+    return dest.split("=")[0] if dest.startswith("--") else "--" + dest.replace("_", "-")
+
+
+def _suite(args: argparse.Namespace, overrides: list[str], parser: CommandParser) -> int:
     """``--suite``: the pinned suite played and tabled (:mod:`training.evaluation.suite`)."""
     from training.evaluation.suite import SuiteRequest, evaluate_suite
 
@@ -150,12 +169,15 @@ def _suite(args: argparse.Namespace, overrides: list[str], parser: argparse.Argu
         print(f"{parser.prog}: error: {exc}", file=sys.stderr)
         return 2
     except ConfigError as exc:
-        parser.error(str(exc))
+        parser.fail(str(exc))
+    except KeyboardInterrupt:  # every batch played is on disk; a resumed run replays none
+        return interrupted(parser.prog, f"the episodes played so far are kept in "
+                           f"{request.out}; run the same command to resume")  # fmt: skip
     print(table, end="")
     return 0
 
 
-def _suite_tools(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+def _suite_tools(args: argparse.Namespace, parser: CommandParser) -> int:
     if args.list_suites:
         for name in suite_names():
             print(f"{name}: {load_suite(name).description}")
@@ -163,7 +185,7 @@ def _suite_tools(args: argparse.Namespace, parser: argparse.ArgumentParser) -> i
     try:
         print(compare(args.compare), end="")
     except SuiteError as exc:
-        parser.error(str(exc))
+        parser.fail(str(exc))
     return 0
 
 

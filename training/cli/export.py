@@ -6,16 +6,16 @@ already in PEFT's format in ``RUN_DIR/checkpoint/adapter/``."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 
+from training.commands import CommandParser, interrupted, invoked_as
 from training.local.schema import DTYPES
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="gigpo-export",
+    parser = CommandParser(
+        prog=invoked_as("training.cli.export"),
         description="Write a gigpo-train run's policy (LoRA adapters merged) as a Hugging "
         "Face model directory.",
     )
@@ -32,6 +32,10 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, FileNotFoundError, FileExistsError, RuntimeError, ValueError) as exc:
         print(f"{parser.prog}: error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        return interrupted(
+            parser.prog, f"{args.out_dir} was not written; run the same command again"
+        )
     print(json.dumps(record))
     print(f"wrote {args.out_dir}: load it with AutoModelForCausalLM.from_pretrained or vLLM")
     return 0

@@ -10,10 +10,10 @@ curves on one plot. Any further ``--section.key=value`` overrides the config (e.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
+from training.commands import CommandParser, interrupted, invoked_as
 from training.local.config import ConfigError, load_config
 from training.local.metrics import plot_curves, read_metrics
 
@@ -21,11 +21,11 @@ CONFIG = Path(__file__).resolve().parents[1] / "configs" / "quickstart.yaml"
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m training.cli.quickstart")
+    parser = CommandParser(prog=invoked_as("training.cli.quickstart"))
     parser.add_argument("--out", default="runs/quickstart", help="directory of the runs")
     parser.add_argument("--baseline", action="store_true", help="also train GRPO")
     args, overrides = parser.parse_known_args(argv)
-    from training.local.resume import REFUSALS
+    from training.local.resume import REFUSALS, interrupt_note
     from training.local.train import train
 
     runs = {}
@@ -39,13 +39,15 @@ def main(argv: list[str] | None = None) -> int:
                 + overrides,
             )
         except ConfigError as exc:
-            parser.error(str(exc))
+            parser.fail(str(exc))
         print(f"== {label}: {config.model.name_or_path} on {config.env.id} -> {out}", flush=True)
         try:
             train(config)
         except REFUSALS as exc:  # the folder is in use, or holds a run it cannot resume
             print(f"{parser.prog}: error: {exc}", file=sys.stderr)
             return 2
+        except KeyboardInterrupt:  # Ctrl-C: the run's last checkpoint is whole
+            return interrupted(parser.prog, interrupt_note(config))
         runs[label] = read_metrics(out)
     curve = plot_curves(runs, Path(args.out) / "curve.png")
     for label, rows in runs.items():
@@ -53,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
         for row in rows:
             held_out = row.get("eval_success_rate")
             print(
-                f"  {row['iteration'] + 1:3d}  {row['success_rate']:.3f}  "
+                f"  {row['iteration']:3d}  {row['success_rate']:.3f}  "
                 f"{row['mean_return']:+.3f}  {row['valid_action_rate']:.3f}"
                 + (f"  {held_out:.3f}" if held_out is not None else "")
             )

@@ -33,6 +33,7 @@ import sys
 import time
 from pathlib import Path
 
+from training.commands import CommandParser, interrupted, invoked_as
 from training.local.config import ConfigError
 from training.locks import FolderLockError
 from training.study.parts import command_line_parts
@@ -42,8 +43,8 @@ from training.study.runs import hold_study, run_all, write_study
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m training.study",
+    parser = CommandParser(
+        prog=invoked_as("training.study"),
         description="Train one recipe under several arms (estimator + settings) and seeds; "
         "write tables with 95% intervals, paired per-seed differences, and a plot.",
     )
@@ -79,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         parts, options = _parts(args)
     except ConfigError as exc:
-        parser.error(str(exc))
+        parser.fail(str(exc))
     try:
         # Held before planning, which builds the shared tiny models into out/models/.
         lock = hold_study(out)
@@ -93,7 +94,10 @@ def main(argv: list[str] | None = None) -> int:
             runs, parts = plan_part_runs(parts, out, args.quick, threads)
         except ConfigError as exc:
             lock.discard()  # a folder made for a study that cannot run is removed again
-            parser.error(str(exc))
+            parser.fail(str(exc))
+        except KeyboardInterrupt:
+            lock.discard()
+            return interrupted(parser.prog, "while planning; no run was started")
         command = "python -m training.study " + " ".join(argv if argv is not None else sys.argv[1:])
         try:
             run_all(runs, jobs)
@@ -110,6 +114,10 @@ def main(argv: list[str] | None = None) -> int:
         except RuntimeError as exc:  # a run failed: its folder and log named
             print(f"{parser.prog}: error: {exc}", file=sys.stderr)
             return 1
+        except KeyboardInterrupt:
+            return interrupted(parser.prog, f"finished runs are kept in {out}, a half-done "
+                               "run resumes from its checkpoint; run the same command to "
+                               "resume")  # fmt: skip
     print((out / "study.md").read_text())
     return 0
 

@@ -7,16 +7,20 @@ from __future__ import annotations
 import argparse
 import sys
 
+from training.commands import CommandParser, interrupted, invoked_as
 from training.locks import FolderBusyError
 from training.record_files import RolloutFileError
 from training.viewer.page import VIEW_FILE, ViewError, write_page
 from training.viewer.serve import serve
 
+#: The most characters ``--max-chars`` shows of one text (the page's bound rests on it).
+MAX_CHARS = 100_000
+
 
 def _count(text: str) -> int:
     value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    if not 1 <= value <= MAX_CHARS:
+        raise argparse.ArgumentTypeError(f"must be from 1 to {MAX_CHARS:,}, got {value}")
     return value
 
 
@@ -28,8 +32,8 @@ def _port(text: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m training.cli.view",
+    parser = CommandParser(
+        prog=invoked_as("training.cli.view"),
         description="A run's rollouts and curves as one static HTML page.",
     )
     parser.add_argument("run_dir", help="a training run's --out directory")
@@ -46,8 +50,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         path, info = write_page(args.run_dir, args.output, args.iteration, args.max_chars)
     except (ViewError, RolloutFileError, FolderBusyError) as exc:
-        print(f"python -m training.cli.view: error: {exc}", file=sys.stderr)
+        print(f"{parser.prog}: error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # the page is written whole or not at all
+        return interrupted(parser.prog, "no page was written")
     print(
         f"wrote {path} ({info['bytes'] / 1e6:.2f} MB; iteration {info['iteration']}, "
         f"{info['records']} records)",
@@ -55,13 +61,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     if args.serve:
         try:
-            serve(path, args.port)
+            serve(path, args.port)  # returns once Ctrl-C stops it
         except OSError as exc:
-            print(
-                f"python -m training.cli.view: error: cannot serve on port {args.port}: {exc}",
-                file=sys.stderr,
-            )
+            print(f"{parser.prog}: error: cannot serve on port {args.port}: {exc}", file=sys.stderr)
             return 2
+        except KeyboardInterrupt:  # before it served
+            pass
+        return interrupted(parser.prog, f"stopped serving; the page stays in {path}")
     return 0
 
 

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
+from training.commands import CommandParser, interrupted, invoked_as
 from training.local.config import ConfigError, TrainConfig, load_config
-from training.local.resume import REFUSALS
+from training.local.resume import REFUSALS, interrupt_note
 from training.locks import FolderLockError
 
-USAGE = """python -m training.local --config FILE.yaml [--out DIR] [--dry-run] [--section.key=v ...]
+USAGE = """%(prog)s --config FILE.yaml [--out DIR] [--dry-run] [--section.key=v ...]
 
 Trains a causal LM with GiGPO (or HGPO, GraphGPO, GRPO, RLOO, or PPO with a critic) on a
 gigpo environment, on one machine. Sections: model, env, rollout, eval, algo, optim, run (see
@@ -24,7 +24,7 @@ whether it fits the device's free memory (or $GIGPO_FREE_MEMORY_GIB)."""
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m training.local", usage=USAGE)
+    parser = CommandParser(prog=invoked_as("training.local"), usage=USAGE)
     parser.add_argument("--config", default=None, help="YAML config file")
     parser.add_argument(
         "--dry-run", action="store_true", help="print the memory plan and exit; train nothing"
@@ -36,11 +36,12 @@ def main(argv: list[str] | None = None) -> int:
         )
         if args.dry_run:
             return dry_run(config)
+        from training.local.policy import TrainingDivergedError
+        from training.local.train import train
     except ConfigError as exc:
-        parser.error(str(exc))
-    from training.local.policy import TrainingDivergedError
-    from training.local.train import train
-
+        parser.fail(str(exc))
+    except KeyboardInterrupt:
+        return interrupted(parser.prog, "before training started; nothing was written")
     try:
         # The resume check runs inside train(), once --out is held: a crashed save is
         # finished there only when no other trainer can be writing that folder.
@@ -49,14 +50,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{parser.prog}: error: {exc}", file=sys.stderr)
         return 2
     except REFUSALS as exc:  # the memory plan does not fit, a checkpoint that cannot resume
-        parser.error(str(exc))
+        parser.fail(str(exc))
+    except KeyboardInterrupt:  # Ctrl-C: what is on disk is whole (checkpoints are swapped in)
+        return interrupted(parser.prog, interrupt_note(config))
     except TrainingDivergedError as exc:
         print(f"{parser.prog}: training diverged: {exc}", file=sys.stderr)
         return 1
     if rows:
         last = rows[-1]
         print(
-            f"iteration {last['iteration'] + 1}: success rate {last['success_rate']:.3f}, "
+            f"iteration {last['iteration']} (the last; numbered from 0, as in metrics.jsonl): "
+            f"success rate {last['success_rate']:.3f}, "
             f"mean return {last['mean_return']:.3f}; metrics in {config.run.out}/metrics.jsonl"
         )
     return 0
@@ -79,23 +83,29 @@ def dry_run(config: TrainConfig) -> int:
     from training.local.checks import env_problem
     from training.local.memory import GIB, check_fits, free_memory, run_plan
     from training.local.model_checks import PACKAGED_MODELS
+    from training.local.prompts import check_first_prompt
 
     m = config.model
     unchecked = []
     problem = env_problem(config)
     if problem is not None:
         unchecked.append(f"the env ({problem})")
+    cap = config.rollout.max_prompt_tokens
     with tempfile.TemporaryDirectory(prefix="gigpo-dry-run-") as tmp:
         model_dir = None
-        # A model directory only to count an uncapped first prompt with its tokenizer (the
-        # tiny model is built in seconds into a folder removed after): the plan itself
-        # needs the model's config alone.
-        if not config.rollout.max_prompt_tokens and problem is None:
+        # A model directory only for its tokenizer, to count the first prompt (the tiny
+        # model is built in seconds into a folder removed after): the plan itself needs the
+        # model's config alone.
+        if problem is None:
             model_dir = _tokenizer_dir(config, Path(tmp))
-        plan = run_plan(config, model_dir)
-    if config.rollout.max_prompt_tokens:
+        plan = run_plan(config, None if cap else model_dir)
+        counted = False
+        if cap and model_dir is not None:
+            counted = check_first_prompt(config, model_dir)  # below it: refused, exit 2
+    if cap:
+        first = "" if counted else "the first prompt and "
         unchecked.append(
-            "the prompt lengths it will see (rollout.max_prompt_tokens caps them: a longer "
+            f"{first}the later prompts' lengths (rollout.max_prompt_tokens caps them: a longer "
             "prompt stops the run, naming that key)"
         )
     if m.name_or_path not in PACKAGED_MODELS and model_dir is None:

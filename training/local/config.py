@@ -45,9 +45,10 @@ from training.local.schema import (
     new_name,
     ppo_gamma_renamed,
     renamed,
+    renamed_value,
     resolve_defaults,
 )
-from training.text import show
+from training.text import did_you_mean, show
 
 __all__ = [
     "CONFIGS_DIR", "DTYPES", "MAX_CONFIG_BYTES", "MAX_YAML_DEPTH", "PPO_DEFAULTS",
@@ -158,7 +159,7 @@ def load_config(
         data = loaded
     config = _build(TrainConfig, renamed(data, where=f"config file {path}"), "")
     for key, value, text in _parse_overrides(overrides or []):
-        _set_dotted(config, new_name(key, f"override --{key}"), value, text)
+        _set_dotted(config, new_name(key, f"override --{key}"), renamed_value(key, value), text)
     moved = ppo_gamma_renamed(dataclasses.asdict(config.algo), "config")
     config.algo.gamma, config.algo.gae_gamma = moved["gamma"], moved["gae_gamma"]
     validate(resolve_defaults(config), check_device=check_device, check_files=check_files)
@@ -184,8 +185,13 @@ def _build(cls: type, data: dict[str, Any], prefix: str) -> Any:
     unknown = sorted(set(data) - known)
     for key in unknown:
         _refuse_removed(prefix + key)
+    if len(unknown) == 1:
+        key = unknown[0]
+        raise ConfigError(
+            f"unknown config key {show(prefix + key)}{did_you_mean(key, known, prefix)}"
+        )
     if unknown:
-        raise ConfigError(f"unknown config key(s) {show([prefix + str(k) for k in unknown])}")
+        raise ConfigError(f"unknown config keys {show([prefix + str(k) for k in unknown])}")
     kwargs = {}
     for name, value in data.items():
         hint = hints[name]
@@ -286,19 +292,34 @@ def _parse_overrides(args: list[str]) -> list[tuple[str, Any, str]]:
 
 def _set_dotted(config: TrainConfig, key: str, value: Any, text: str) -> None:
     parts = key.split(".")
+    sections = [f.name for f in dataclasses.fields(config)]
     if len(parts) != 2:
-        raise ConfigError(f"override keys are section.name (e.g. algo.estimator), got {show(key)}")
+        owners = [s for s in sections if parts[-1] in _keys_of(getattr(config, s))]
+        hint = f"; did you mean {owners[0]}.{parts[-1]}?" if len(owners) == 1 else ""
+        raise ConfigError(
+            f"override keys are section.name (e.g. algo.estimator), got {show(key)}{hint}"
+        )
     section_name, name = parts
     section = getattr(config, section_name, None)
     if section is None or not dataclasses.is_dataclass(section):
-        raise ConfigError(f"unknown config section {show(section_name)} in {show(key)}")
+        raise ConfigError(
+            f"unknown config section {show(section_name)} in {show(key)}"
+            + did_you_mean(section_name, sections)
+        )
     hints = typing.get_type_hints(type(section))
     if name not in hints:
         _refuse_removed(key)
-        raise ConfigError(f"unknown config key {show(key)}")
+        raise ConfigError(
+            f"unknown config key {show(key)}{did_you_mean(name, hints, section_name + '.')}"
+        )
     hint = hints[name]
     union = typing.get_origin(hint) in (typing.Union, types.UnionType)
     takes_text = hint is str or (union and str in typing.get_args(hint))
     if takes_text and not isinstance(value, str) and value is not None:
         value = text  # --run.label=123 is the text "123"; "a: b" is text, not a mapping
     setattr(section, name, _coerce(value, hint, key))
+
+
+def _keys_of(section: Any) -> set[str]:
+    """The key names of a config section (none for a value that is not a section)."""
+    return set(typing.get_type_hints(type(section))) if dataclasses.is_dataclass(section) else set()

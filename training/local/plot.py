@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
+from training.commands import CommandParser
 from training.guarded import GuardError, read_json_file
 from training.local.metrics import plot_curves, read_metrics
 from training.text import bound_text
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m training.local.plot")
+    parser = CommandParser(prog="python -m training.local.plot")
     parser.add_argument("runs", nargs="+", help="run directories holding metrics.jsonl")
     parser.add_argument("-o", "--output", default="curve.png", help="PNG to write")
     args = parser.parse_args(argv)

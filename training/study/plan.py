@@ -40,7 +40,7 @@ from training.study.arms import (  # noqa: F401  (the arms are planned here; re-
     check_arm,
     parse_arm,
 )
-from training.text import bound_text, show
+from training.text import bound_text, did_you_mean, show
 
 #: The most seeds a part may have (a study of more is a typo: each seed is a run per arm).
 MAX_SEEDS = 10_000
@@ -175,7 +175,8 @@ def load_study_file(path: Path) -> tuple[list[Part], dict[str, int]]:
     for key in data:
         if key not in _FILE_KEYS:
             raise ConfigError(
-                f"--study {path}: unknown key {show(key)} (known: {sorted(_FILE_KEYS)})"
+                f"--study {path}: unknown key {show(key)}{did_you_mean(key, _FILE_KEYS)} "
+                f"(known: {sorted(_FILE_KEYS)})"
             )
     options = {}
     for key in ("jobs", "threads"):
@@ -207,7 +208,8 @@ def load_study_file(path: Path) -> tuple[list[Part], dict[str, int]]:
         for key in entry:
             if key not in _PART_KEYS:
                 raise ConfigError(
-                    f"{where}.{bound_text(str(key), 60)}: unknown key (known: {sorted(_PART_KEYS)})"
+                    f"{where}.{bound_text(str(key), 60)}: unknown key"
+                    f"{did_you_mean(key, _PART_KEYS)} (known: {sorted(_PART_KEYS)})"
                 )
         configs = entry.get("configs")
         if (
