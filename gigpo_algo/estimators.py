@@ -30,7 +30,13 @@ from gigpo_algo.advantages import (
 )
 from gigpo_algo.graphgpo import GraphGPOResult, graphgpo_advantages
 from gigpo_algo.grouping import METRICS
-from gigpo_algo.hgpo import FAMILY_NORMS, HGPOResult, check_history_length, hgpo_advantages
+from gigpo_algo.hgpo import (
+    FAMILY_NORMS,
+    HGPOResult,
+    check_history_length,
+    hgpo_advantages,
+    level_weights,
+)
 
 __all__ = [
     "ESTIMATORS",
@@ -150,6 +156,28 @@ def check_settings(
         raise ValueError(f"{prefix}length_alpha must be >= 0, got {settings['length_alpha']}")
     if (settings.get("invalid_penalty") or 0.0) < 0:
         raise ValueError(f"{prefix}invalid_penalty must be >= 0, got {settings['invalid_penalty']}")
+    if estimator == "hgpo":
+        _check_level_weights(settings, prefix)
+
+
+def _check_level_weights(settings: dict[str, Any], prefix: str) -> None:
+    """HGPO's level weights (:func:`gigpo_algo.hgpo.level_weights`) must fit float64 down to
+    the deepest level a run reaches (``history_length + 1``), else a run stops at its first
+    batch of long enough episodes; unset settings take :func:`hgpo_advantages`' defaults."""
+    import inspect
+
+    defaults = inspect.signature(hgpo_advantages).parameters
+    history, alpha = (
+        defaults[name].default if settings.get(name) is None else settings[name]
+        for name in ("history_length", "length_alpha")
+    )
+    try:
+        level_weights(history + 1, alpha)
+    except ValueError as exc:
+        raise ValueError(
+            f"{prefix}{exc} ({prefix}history_length={history}: levels k = 1 .. {history + 1}); "
+            f"lower {prefix}length_alpha or {prefix}history_length"
+        ) from None
 
 
 def step_anchors(keys: Any, texts: Any, similarity: float | None) -> Any:

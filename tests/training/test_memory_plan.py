@@ -164,7 +164,7 @@ def test_the_documented_dry_run_needs_no_download_no_model_and_no_game_data(
     printed = capsys.readouterr().out
     assert "model config: the table of known architectures" in printed
     assert "not checked here: the env (" in printed and "ALFWorld" in printed
-    assert "not checked here: the prompt lengths" in printed
+    assert "not checked here: the first prompt and the later prompts' lengths" in printed
     assert "fits: peak" in printed
     from_table = json.loads(next(x for x in printed.splitlines() if x.startswith("{")))
     # the same run planned from the model's own config.json: the same numbers

@@ -16,7 +16,8 @@ first: the loop, top to bottom (``from training.local.train import train``).
   :mod:`~training.local.threads`: torch's thread count, from the cores left free;
   :mod:`~training.local.allocator`: freed memory kept for reuse (no page faults a step);
   :mod:`~training.local.memory`: the run's memory plan, checked before any weight loads
-  (:mod:`~training.local.shapes`: the model's shape from its config alone).
+  (:mod:`~training.local.shapes`: the model's shape from its config alone;
+  :mod:`~training.local.prompts`: the first prompt counted, a cap below it refused).
 - :mod:`~training.local.tasks`: training and held-out task seeds;
   :mod:`~training.local.play`: playing them; :mod:`~training.local.rollout`: batched
   generation and env steps into step records (:mod:`~training.local.decoding`: sampling
@@ -29,8 +30,9 @@ first: the loop, top to bottom (``from training.local.train import train``).
   the files it reads and writes); :mod:`~training.local.resume`: the config check on resume;
   :mod:`~training.local.trained`: a trained run's model for evaluation and export.
 - :mod:`~training.local.metrics`: an iteration's metrics row, JSON lines and the curve
-  (:mod:`~training.local.plot`: several runs on one plot, :mod:`~training.local.tensorboard`:
-  the same scalars for TensorBoard).
+  (:mod:`~training.local.plot`: several runs on one plot); :mod:`~training.local.trackers`:
+  the same scalars for the trackers of ``run.report_to`` (:mod:`~training.local.tensorboard`:
+  TensorBoard's; Weights & Biases, trackio).
 
 The advantages are :mod:`training.advantages` (shared with the OpenRLHF trainer).
 """

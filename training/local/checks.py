@@ -34,8 +34,10 @@ def validate(config: TrainConfig, *, check_device: bool = True, check_files: boo
             (False: a dry run, which needs neither; it checks the env's id only, and
             :func:`env_problem` says what it could not check).
     """
+    from training.local.memory import free_memory_override
     from training.local.model_checks import check_model
 
+    free_memory_override()  # a bad $GIGPO_FREE_MEMORY_GIB is named at load, not at the plan
     _check_algo(config)
     _check_ranges(config)
     _check_limits(config)
@@ -43,7 +45,7 @@ def validate(config: TrainConfig, *, check_device: bool = True, check_files: boo
     if check_device:
         _check_device(config.model.device)
     check_model(config, files=check_files)
-    _check_tensorboard(config)
+    _check_trackers(config)
     _check_template(config.env.template)
     if check_files:
         _check_env(config)
@@ -61,14 +63,11 @@ def env_problem(config: TrainConfig) -> str | None:
     return None
 
 
-def _check_tensorboard(config: TrainConfig) -> None:
-    from training.local.tensorboard import tensorboard_available
+def _check_trackers(config: TrainConfig) -> None:
+    """``run.report_to``: known trackers, each named one installed."""
+    from training.local.trackers import check_report_to
 
-    if config.run.tensorboard is True and not tensorboard_available():
-        raise ConfigError(
-            "run.tensorboard is true but the tensorboard package is not installed: "
-            "pip install 'gigpo[train]' (or set run.tensorboard to null to write it when present)"
-        )
+    check_report_to(config.run.report_to)
 
 
 def _check_algo(config: TrainConfig) -> None:

@@ -5,7 +5,7 @@ from the same weights) with a linear value head instead of the vocabulary projec
 ``V(text up to a token)`` for every position. It has its own optimizer and is trained
 beside the policy, minibatch for minibatch, on the clipped value loss
 (:func:`gigpo_algo.losses.value_loss`) against GAE's returns (:func:`gigpo_algo.baselines.
-turn_gae`). Why separate rather than a head on the policy: docs/training.md, "PPO with a
+turn_gae`). Why separate rather than a head on the policy: docs/notes/training.md, "PPO with a
 critic".
 
 :func:`training.local.model.load_critic` builds it with the run's other models;

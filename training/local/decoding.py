@@ -14,7 +14,7 @@ so that the policy samples what it trains on.
 
 ``cache="static"`` decodes into a preallocated key/value cache of a fixed shape (``rows`` x
 ``cache_length``) that transformers compiles its decoding step for on an accelerator on first
-use; every call of that shape reuses it, so it compiles once a shape (docs/training.md, "The
+use; every call of that shape reuses it, so it compiles once a shape (docs/notes/training.md, "The
 static cache").
 """
 

@@ -191,6 +191,8 @@ def run_plan(config: TrainConfig, model_dir: Path | None) -> MemoryPlan:
                 "rollout.max_prompt_tokens is 0 (no cap) and the model's tokenizer is not here "
                 "to count a prompt with: set rollout.max_prompt_tokens (the paper's: 2048)"
             )
+        from training.local.prompts import first_prompt_tokens
+
         prompt = first_prompt_tokens(config, model_dir)
         source = "the first prompt (rollout.max_prompt_tokens 0: no cap; later ones may be longer)"
     if model_dir is None:
@@ -201,23 +203,6 @@ def run_plan(config: TrainConfig, model_dir: Path | None) -> MemoryPlan:
     plan.sizes["prompt_source"] = source
     plan.model_config = where
     return plan
-
-
-def first_prompt_tokens(config: TrainConfig, model_dir: Path) -> int:
-    """Tokens of the longest first prompt of the run's first group (seed ``run.seed``)."""
-    from training.local.model import load_tokenizer
-    from training.local.play import config_envs
-    from training.local.rollout import render_prompts
-
-    tokenizer = load_tokenizer(model_dir, trust_remote_code=config.model.trust_remote_code)
-    envs = config_envs(config, 1, min(config.env.group_size, 2))
-    try:
-        _, infos = envs.reset(seed=config.run.seed)
-        prompts = render_prompts(tokenizer, [list(m) for m in infos["messages"]],
-                                 config.rollout.response_prefix)  # fmt: skip
-    finally:
-        envs.close()
-    return max(len(p) for p in prompts)
 
 
 def _compute_dtype(config: TrainConfig) -> str:
@@ -297,16 +282,10 @@ def free_memory(device: str) -> int | None:
     memory (``MemAvailable``), or None where it cannot be read (MPS, no ``/proc/meminfo``).
 
     Raises:
-        ConfigError: ``$GIGPO_FREE_MEMORY_GIB`` is not a number of GiB > 0.
+        ConfigError: a bad ``$GIGPO_FREE_MEMORY_GIB`` (:func:`free_memory_override`).
     """
-    value = os.environ.get("GIGPO_FREE_MEMORY_GIB")
-    if value:
-        try:
-            gib = float(value)
-        except ValueError:
-            gib = math.nan
-        if not (math.isfinite(gib) and gib > 0):
-            raise ConfigError(f"$GIGPO_FREE_MEMORY_GIB must be a number of GiB > 0, got {value!r}")
+    gib = free_memory_override()
+    if gib is not None:
         return int(gib * GIB)
     if device.startswith("cuda"):
         import torch
@@ -323,6 +302,24 @@ def free_memory(device: str) -> int | None:
             if line.startswith("MemAvailable:"):
                 return int(line.split()[1]) * 1024
     return None
+
+
+#: The most GiB ``$GIGPO_FREE_MEMORY_GIB`` may say (a pebibyte): more is a typo.
+MAX_FREE_GIB = 1 << 20
+
+
+def free_memory_override() -> float | None:
+    """``$GIGPO_FREE_MEMORY_GIB`` in GiB (None: unset); a :class:`ConfigError` naming it
+    unless a number in (0, :data:`MAX_FREE_GIB`] (not ``inf``, ``nan``, ``1e400``, ``-3``)."""
+    value = os.environ.get("GIGPO_FREE_MEMORY_GIB")
+    try:
+        gib = float(value) if value else None
+    except ValueError:
+        gib = math.nan
+    if gib is not None and not 0 < gib <= MAX_FREE_GIB:  # NaN fails every comparison
+        raise ConfigError(f"$GIGPO_FREE_MEMORY_GIB must be a number of GiB in (0, "
+                          f"{MAX_FREE_GIB}], got {value[:40]!r}")  # fmt: skip
+    return gib
 
 
 def check_fits(plan: MemoryPlan, free: int | None) -> None:

@@ -10,9 +10,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from training.env_tasks import PromptTooLongError
+from training.files import UnsafeFileError
 from training.guarded import GuardError, read_json_file
 from training.hub import ModelNotFoundError, RemoteCodeError
 from training.local.checkpoint import (
+    CHECKPOINT_DIR,
     CheckpointReadError,
     UnsafeCheckpointError,
     read_state,
@@ -36,7 +39,9 @@ class ResumeConfigError(ValueError):
 #: What refuses a run before it trains or resumes, each with a message that names the file,
 #: key or holder: another process or kind of output in --out (FolderLockError), a checkpoint
 #: of another config, in the old pickled format, or damaged, a memory plan that does not fit,
-#: a model that cannot be had here or runs code it may not.
+#: a model that cannot be had here or runs code it may not, a prompt over the cap (the
+#: iteration is lost, the last checkpoint is not), a file in the run folder that is no
+#: regular file (a link or FIFO planted there: never written through).
 #: The commands that train (``gigpo-train``, the quickstart) exit 2 with the message.
 REFUSALS = (
     FolderLockError,
@@ -46,14 +51,20 @@ REFUSALS = (
     ConfigError,
     ModelNotFoundError,
     RemoteCodeError,
+    PromptTooLongError,
+    UnsafeFileError,
 )
 
 
-def check_resume(config: TrainConfig) -> None:
+def check_resume(config: TrainConfig) -> int | None:
     """Raises :class:`ResumeConfigError` naming the differing keys when ``run.out`` holds a
     checkpoint whose ``config.json`` differs from ``config`` (``run.allow_config_change``
     lets it through). Runs before anything is built; first finishes a checkpoint swap that
     a crash interrupted (:func:`~training.local.checkpoint.recover_checkpoint`).
+
+    Returns:
+        The iterations the checkpoint that resume will load has completed; None when the
+        run does not resume (``run.resume`` false, or no checkpoint).
 
     Raises:
         ResumeConfigError: the configs differ, the saved one cannot be read, or the
@@ -63,13 +74,13 @@ def check_resume(config: TrainConfig) -> None:
     out = Path(config.run.out)
     saved_path = out / "config.json"
     if not (config.run.resume and out.is_dir()):
-        return
+        return None
     # A crash during a checkpoint's swap leaves checkpoint.tmp/ or checkpoint.old/: finish
     # it, so that the config check below sees the checkpoint that resume will load.
     if (found := recover_checkpoint(out)) is None:
-        return
+        return None
     try:  # its RNG states too (restored into throwaway objects), before any model loads
-        read_state(found)
+        done = int(read_state(found)["iteration"])
     except ValueError as exc:
         raise ResumeConfigError(f"cannot resume: {exc}") from None
     if not saved_path.is_file():
@@ -91,6 +102,22 @@ def check_resume(config: TrainConfig) -> None:
             + "\nUse another --out, --run.resume=false to start over, or "
             "--run.allow_config_change=true to continue anyway."
         )
+    return done
+
+
+def interrupt_note(config: TrainConfig) -> str:
+    """What a Ctrl-C during the run of ``config`` kept, and how to go on: the last
+    checkpoint's iteration (read from ``run.out/checkpoint/state.json``) and the command
+    that resumes from it, or that none was written yet."""
+    out = Path(config.run.out)
+    try:
+        done = int(read_state(out / CHECKPOINT_DIR)["iteration"])
+    except (OSError, ValueError):  # none yet, or cut short: resume finishes or ignores it
+        every = config.run.checkpoint_every
+        when = f"one every {every} iterations" if every else "run.checkpoint_every is 0"
+        return f"no checkpoint of {out} was written ({when}); run the same command to start again"
+    how = "run the same command" if config.run.resume else "add --run.resume=true"
+    return f"the last checkpoint of {out} (iteration {done}) is kept; {how} to resume"
 
 
 def config_changes(saved: dict[str, Any], config: TrainConfig) -> list[str]:

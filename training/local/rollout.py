@@ -15,14 +15,11 @@ from typing import Any
 import numpy as np
 
 from gigpo_envs import history_prompt
+from training.env_tasks import PromptTooLongError  # over rollout.max_prompt_tokens: never cut
 from training.local.decoding import eos_ids, generate
 from training.records import StepRecords
 
 __all__ = ["PromptTooLongError", "Rollout", "collect", "generate", "make_envs"]
-
-
-class PromptTooLongError(ValueError):
-    """A prompt is longer than ``rollout.max_prompt_tokens``: an error, never a silent cut."""
 
 
 @dataclass

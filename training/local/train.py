@@ -35,10 +35,11 @@ from training.local.model import (
 from training.local.play import config_envs, evaluate_heldout, play, task_split, train_seeds
 from training.local.policy import check_finite, policy_update
 from training.local.precision import compute, prepare_models, resolve_compute_dtype
+from training.local.prompts import check_first_prompt
 from training.local.resume import check_resume
 from training.local.schema import TrainConfig, resolve_defaults
-from training.local.tensorboard import ScalarLog
 from training.local.threads import ThreadGovernor
+from training.local.trackers import open_trackers
 from training.locks import hold_folder
 from training.record_files import prune_rollouts, record_rows, write_rollouts
 from training.records import StepRecords
@@ -48,11 +49,13 @@ __all__ = ["save_rollouts", "train"]
 
 
 def train(config: TrainConfig) -> list[dict[str, Any]]:
-    """Runs (or resumes) training; returns the metrics rows of the iterations run now.
+    """Runs (or resumes) training; returns the metrics rows of the iterations run now. A run
+    whose checkpoint already completed ``run.iterations`` prints one line saying so and
+    returns none, before any model is built.
 
     Writes into ``config.run.out``: ``config.json``, ``metrics.jsonl``, ``curve.png``,
     ``checkpoint/``, ``rollouts/`` (step records, :mod:`training.record_files`) and
-    ``tensorboard/`` (see ``run.tensorboard``).
+    the trackers' files (``tensorboard/``, ``trackers.json``; see ``run.report_to``).
 
     The run holds ``run.out`` for itself from start to end (:func:`training.locks.hold_folder`,
     kind ``train``): a second writer, or a folder another kind of command made, is refused
@@ -79,7 +82,12 @@ def _train_held(config: TrainConfig) -> list[dict[str, Any]]:
     """:func:`train`'s run, with ``run.out`` held by this process."""
     out = Path(config.run.out)
     _pin_revision(config)
-    check_resume(config)
+    done = check_resume(config)
+    if done is not None and done >= config.run.iterations:  # nothing to train: build nothing
+        iterations = f"{done} iteration{'s' if done != 1 else ''}"
+        print(f"{out} already finished its {iterations} (resume adds none); raise "
+              "run.iterations to train more", flush=True)  # fmt: skip
+        return []
     atomic_write_text(out / "config.json", json.dumps(config.to_dict(), indent=2) + "\n")
     if config.run.keep_freed_memory:
         keep_freed_memory()
@@ -97,6 +105,8 @@ def _train_held(config: TrainConfig) -> list[dict[str, Any]]:
     plan = run_plan(config, None if capped else resolve_model_path(config.model, out))
     print("\n".join(plan.lines()), file=sys.stderr)
     check_fits(plan, free_memory(config.model.device))
+    if capped:  # a cap below the first prompt stops here, not at the first step
+        check_first_prompt(config, resolve_model_path(config.model, out))
     _seed_everything(config.run.seed)
     generator = np.random.default_rng(config.run.seed)
     models = load_models(config, out)
@@ -112,7 +122,7 @@ def _train_held(config: TrainConfig) -> list[dict[str, Any]]:
     if config.run.resume:
         start = load_checkpoint(out, generator=generator, **models.state()) or 0
     log = MetricsLog(out, completed=start)
-    scalars = ScalarLog(out, completed=start, enabled=config.run.tensorboard)
+    trackers = open_trackers(config, out, completed=start)
     prune_rollouts(out, completed=start)
     rows: list[dict[str, Any]] = []
     bar = _progress(config, start)
@@ -178,7 +188,7 @@ def _train_held(config: TrainConfig) -> list[dict[str, Any]]:
                 row.update(evaluate_heldout(model, tokenizer, config, split))
         row["time_iteration"] = time.perf_counter() - tick
         log.write(row)
-        scalars.write(row)
+        trackers.write(row)
         rows.append(row)
         if _after(done, config.run.checkpoint_every, config.run.iterations):
             save_checkpoint(out, iteration=done, generator=generator, **models.state())
@@ -187,7 +197,7 @@ def _train_held(config: TrainConfig) -> list[dict[str, Any]]:
             bar.update(1)
     if bar is not None:
         bar.close()
-    scalars.close()
+    trackers.close()
     envs.close()
     split.close()
     label = config.run.label or config.algo.estimator
