@@ -129,12 +129,17 @@ def test_a_run_directory_gives_the_trainers_own_held_out_numbers(
 
     from training.evaluation.heldout import load_policy
 
+    # the summary names the checkpoint evaluated, not only the base model under it
+    assert summary["checkpoint"] == str((run / "checkpoint").resolve())
+    assert summary["checkpoint_iterations"] == 1 and summary["lora_merged"] is False
+    assert summary["model_dir"] == str(tiny_model_dir)
     config = load_config(run / "config.json")
-    policy, _, source = load_policy(str(run), config, tmp_path / "o")
+    loaded = load_policy(str(run), config, tmp_path / "o")
+    policy, source = loaded.policy, loaded.source
     assert source.path == tiny_model_dir and source.revision is None
     trained = read_checkpoint(run / "checkpoint")["model"]
     named = config.model.name_or_path
-    base, _, _ = load_policy(str(tiny_model_dir), config, tmp_path / "o")
+    base = load_policy(str(tiny_model_dir), config, tmp_path / "o").policy
     assert config.model.name_or_path == named  # --model does not rewrite the caller's config
     now, before = policy.state_dict(), base.state_dict()
     assert all(torch.equal(now[k], trained[k]) for k in trained)
@@ -266,3 +271,19 @@ def test_command_line(tiny_model_dir, tmp_path):
     summary = json.loads(done.stdout.strip().splitlines()[-1])
     assert summary["episodes"] == 2 and (out / "episodes.jsonl").exists()
     assert "95% CI" in done.stderr
+    assert summary["checkpoint"] is None  # a model evaluated as it is
+
+
+def test_each_model_gets_its_own_default_folder(tmp_path):
+    from training.evaluation.heldout import default_out
+
+    (tmp_path / "a" / "run").mkdir(parents=True)
+    (tmp_path / "b" / "run").mkdir(parents=True)
+    first, second = default_out(str(tmp_path / "a" / "run")), default_out(str(tmp_path / "b/run"))
+    assert first != second and first.parent == Path("runs/evaluate")
+    assert first.name.startswith("run-") and len(first.name) == len("run-") + 8
+    assert default_out(str(tmp_path / "a" / "run")) == first  # the same model, the same folder
+    assert default_out("Qwen/Qwen2.5-1.5B-Instruct") == Path(
+        "runs/evaluate/Qwen--Qwen2.5-1.5B-Instruct"
+    )
+    assert default_out("smollm2") != default_out("tiny-random")

@@ -275,7 +275,7 @@ def short_run(tmp_path_factory, tiny_model_dir):
             "--env.num_groups=2", "--env.group_size=3", "--eval.groups=2",
             "--rollout.max_new_tokens=10", "--algo.minibatch_size=9", "--optim.lr=1e-3",
             "--run.iterations=2", "--eval.every=2", "--run.progress=false",
-            "--run.threads=1", "--run.tensorboard=true", f"--out={out}",
+            "--run.threads=1", "--run.report_to=tensorboard", f"--out={out}",
         ],
     )  # fmt: skip
     train(config)
@@ -354,11 +354,27 @@ def test_tensorboard_holds_every_metric(short_run):
     assert [e.step for e in events.Scalars("success_rate")] == [0, 1]
 
 
+def test_one_iteration_numbering_in_metrics_rollouts_tensorboard_and_the_page(short_run):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from training.study.report import summarize_run
+
+    events = EventAccumulator(str(short_run / "tensorboard"))
+    events.Reload()
+    numbers = [r["iteration"] for r in read_metrics(short_run)]
+    assert numbers == [0, 1]  # run.iterations: 2, numbered from 0
+    assert list(rollout_files(short_run)) == numbers
+    assert [e.step for e in events.Scalars("success_rate")] == numbers
+    page, _ = build_page(short_run)
+    assert all(f"train it {n}:" in page for n in numbers) and "train it 2:" not in page
+    assert summarize_run(short_run)["curve"]["iteration"] == numbers
+
+
 def test_resume_keeps_one_event_and_one_file_per_iteration(tiny_config, tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     out = tmp_path / "resumed"
-    args = ("gigpo/Sokoban-v0", *SOKOBAN, "--run.tensorboard=true")
+    args = ("gigpo/Sokoban-v0", *SOKOBAN, "--run.report_to=tensorboard")
     train(tiny_config(*args, "--run.iterations=1", out=out))
     # as after a crash past the checkpoint: a later iteration's file is on disk
     columns, _ = _columns()

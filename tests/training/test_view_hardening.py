@@ -367,7 +367,9 @@ def test_unreadable_inputs_are_named_errors(tmp_path, capsys):
 
 def test_bad_numbers_on_the_command_line_are_usage_errors(tmp_path, capsys):
     run = _run(tmp_path)
-    for argv in (["--max-chars", "-1"], ["--port", "70000"], ["--port", "-1"]):
+    bad = (["--max-chars", "-1"], ["--max-chars", "0"], ["--max-chars", "100001"],
+           ["--port", "70000"], ["--port", "-1"])  # fmt: skip
+    for argv in bad:  # --max-chars 0 would show every text whole: no bound on the page
         with pytest.raises(SystemExit) as exited:
             main([str(run), *argv])
         assert exited.value.code == 2

@@ -7,7 +7,8 @@ trainer's own play loop), then :mod:`training.evaluation.suite` (a suite run, en
 The suites' parts:
 
 - :mod:`training.evaluation.suite_file`: a suite file (``training/suites/*.yaml``) loaded and
-  checked key by key, and its data roots;
+  checked key by key, and its data roots (:mod:`training.evaluation.suite_paths`: every path
+  it names under a data root, and each one an env reads hashed);
 - :mod:`training.evaluation.data`: a suite's data, generated once where it has a recipe,
   hashed and checked against its pin;
 - :mod:`training.evaluation.play`: a suite's tasks played in batches, resumably

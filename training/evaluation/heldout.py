@@ -25,18 +25,21 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from training.files import atomic_write_text
-from training.hub import ResolvedModel
 from training.local.checks import LIMITS, MAX_EPISODES
 from training.local.config import ConfigError, TrainConfig, load_config
 from training.locks import hold_folder
+
+if TYPE_CHECKING:
+    from training.local.trained import TrainedModel
 
 #: Prompt variants.
 PROMPTS = ("template", "react")
@@ -171,13 +174,49 @@ def compute_setup(config: TrainConfig, model: Any) -> Iterator[None]:
         yield
 
 
-def load_policy(model: str, config: TrainConfig, out: Path) -> tuple[Any, Any, ResolvedModel]:
-    """The model (a run's trained weights, LoRA adapters merged), its tokenizer, and where
-    its base came from (:func:`training.local.trained.load_trained`)."""
+def load_policy(model: str, config: TrainConfig, out: Path) -> TrainedModel:
+    """The model (a run's trained weights, LoRA adapters merged), its tokenizer, where its
+    base came from and which checkpoint it holds (:func:`training.local.trained.load_trained`)."""
     from training.local.trained import load_trained
 
-    trained = load_trained(model, config, out)
-    return trained.policy, trained.tokenizer, trained.source
+    return load_trained(model, config, out)
+
+
+def evaluated(trained: TrainedModel) -> dict[str, Any]:
+    """What a summary says was evaluated: the checkpoint (its folder, the iteration it was
+    saved after, whether LoRA adapters were merged) and the base model under it (its folder
+    and hub commit); ``checkpoint`` is None for a model evaluated as it is."""
+    from training.local.checkpoint import read_state
+
+    iteration = None
+    if trained.checkpoint is not None:
+        try:
+            iteration = int(read_state(trained.checkpoint)["iteration"])
+        except (OSError, ValueError, KeyError):
+            iteration = None  # its weights loaded; only state.json's counter is unreadable
+    return {
+        "checkpoint": None if trained.checkpoint is None else str(trained.checkpoint.resolve()),
+        "checkpoint_iterations": iteration,
+        "lora_merged": trained.lora,
+        "model_dir": str(trained.source.path),
+        "model_revision": trained.source.revision,
+    }
+
+
+def default_out(model: str) -> Path:
+    """Plain evaluation's folder when ``--out`` is not given, one per model:
+    ``runs/evaluate/NAME`` for a model name or hub id (``Qwen--Qwen2.5-1.5B-Instruct``), and
+    for a folder its name and a digest of its absolute path (``quickstart-3f2a9c1e``), so
+    that evaluating a second model never replaces the first's summary."""
+    import hashlib
+
+    path = Path(model).expanduser()
+    if path.exists():
+        digest = hashlib.sha256(str(path.resolve()).encode("utf-8")).hexdigest()[:8]
+        name = f"{path.resolve().name or 'root'}-{digest}"
+    else:
+        name = model.replace("/", "--")
+    return Path("runs/evaluate") / (re.sub(r"[^A-Za-z0-9_.=+-]", "_", name)[:100] or "model")
 
 
 def evaluate_heldout(
@@ -206,14 +245,13 @@ def evaluate_heldout(
     lock = hold_folder(out, "evaluate", "gigpo-evaluate")
     try:
         try:
-            policy, tokenizer, source = load_policy(model, config, out)
+            trained = load_policy(model, config, out)
         except (FileNotFoundError, RuntimeError, ValueError) as exc:
             raise ModelError(str(exc)) from exc
-        summary, episodes = play(policy, tokenizer, config, settings)
+        summary, episodes = play(trained.policy, trained.tokenizer, config, settings)
         summary = {
             "model": model,
-            "model_dir": str(source.path),
-            "model_revision": source.revision,
+            **evaluated(trained),
             "env_id": config.env.id,
             "env_kwargs": config.env.kwargs,
             "heldout_fraction": config.env.heldout_fraction,

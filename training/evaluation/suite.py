@@ -31,6 +31,7 @@ from training.evaluation.heldout import (
     EvalSettings,
     compute_setup,
     eval_config,
+    evaluated,
     load_policy,
     prompt_config,
 )
@@ -181,9 +182,10 @@ def evaluate_suite(args: SuiteRequest) -> str:
             _check_run(out, run)
             atomic_write_text(out / "data_manifest.json", json.dumps(data, indent=1) + "\n")
         try:
-            policy, tokenizer, source = load_policy(args.model, config, out)
+            trained = load_policy(args.model, config, out)
         except (FileNotFoundError, RuntimeError, ValueError) as exc:
             raise SuiteError(str(exc)) from exc
+        policy, tokenizer = trained.policy, trained.tokenizer
         bar = _progress(suite.name, len(selected))
         try:
             with compute_setup(config, policy):
@@ -206,8 +208,7 @@ def evaluate_suite(args: SuiteRequest) -> str:
             },
             # The code of each invocation that played rows (a resumed run may span several).
             "commit": ", ".join(sorted({str(row.get("commit")) for row in rows})) or commit,
-            "model_dir": str(source.path),
-            "model_revision": source.revision,
+            **evaluated(trained),
             "env_id": suite.env["id"],
             "env_kwargs": {p.name: suite.part_kwargs(p) for p in suite.parts},
             "data_sizes": {p.name: p.size for p in suite.parts},

@@ -215,6 +215,9 @@ def load_suite(name: str | Path) -> Suite:
         sampling={"temperature": temperature, "top_p": top_p}, data=data, parts=loaded,
         path=path,
     )  # fmt: skip
+    text = json.dumps([env, data, [p.kwargs for p in loaded]])
+    for placeholder in sorted(set(_PLACEHOLDER.findall(text)) - _ROOTS):
+        raise SuiteError(f"{path}: unknown placeholder {{{placeholder}}}; known: {sorted(_ROOTS)}")
     kwargs = [("env.kwargs", env.get("kwargs", {}))]
     kwargs += [(f"parts[{i}].kwargs", part.kwargs) for i, part in enumerate(loaded)]
     data_dir = env.get("kwargs", {}).get("data_dir")  # ALFWorld's games are read under it
@@ -224,9 +227,6 @@ def load_suite(name: str | Path) -> Suite:
     for key, value in kwargs:  # every path the env reads is under a root and hashed
         if problem := kwarg_path_problem(value, key, data):
             raise SuiteError(f"{path}: {problem}")
-    text = json.dumps([env, data, [p.kwargs for p in loaded]])
-    for placeholder in sorted(set(_PLACEHOLDER.findall(text)) - _ROOTS):
-        raise SuiteError(f"{path}: unknown placeholder {{{placeholder}}}; known: {sorted(_ROOTS)}")
     return suite
 
 

@@ -159,13 +159,13 @@ def plot_curves(runs: dict[str, list[dict[str, Any]]], path: str | Path) -> Path
     fig, axes = plt.subplots(1, 3, figsize=(14, 4))
     for index, (label, rows) in enumerate(runs.items()):
         color = f"C{index % 10}"  # one color per run on every panel
-        its = [r["iteration"] + 1 for r in rows]
+        its = [r["iteration"] for r in rows]  # numbered as metrics.jsonl: from 0
         for ax, key in zip(axes, ("success_rate", "mean_return", "valid_action_rate"), strict=True):
             ax.plot(its, [r.get(key) for r in rows], marker="o", color=color, label=label)
         evals = [r for r in rows if r.get("eval_success_rate") is not None]
         if evals:
             axes[0].plot(
-                [r["iteration"] + 1 for r in evals],
+                [r["iteration"] for r in evals],
                 [r["eval_success_rate"] for r in evals],
                 linestyle="--",
                 marker="x",

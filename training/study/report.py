@@ -71,10 +71,10 @@ def summarize_run(out: Path) -> dict[str, Any]:
         "step_group_mean_size": _mean(r.get("step_group_mean_size", math.nan) for r in rows),
         "minutes": _wall_seconds(out / "wall_seconds.txt") / 60,
         "curve": {
-            "iteration": [r["iteration"] + 1 for r in rows],
+            "iteration": [r["iteration"] for r in rows],  # from 0, as metrics.jsonl
             "success_rate": [r["success_rate"] for r in rows],
             "valid_action_rate": [r["valid_action_rate"] for r in rows],
-            "eval_iteration": [r["iteration"] + 1 for r in evals],
+            "eval_iteration": [r["iteration"] for r in evals],
             "eval_success_rate": [r["eval_success_rate"] for r in evals],
         },
     }

@@ -216,7 +216,8 @@ def _no_goal_note(records: list[dict[str, Any]]) -> str:
 
 
 def _bounded(text: str, max_chars: int) -> str:
-    if max_chars and len(text) > max_chars:
+    max_chars = max(1, max_chars)  # every text is cut: the page's bound rests on it
+    if len(text) > max_chars:
         return f"{text[:max_chars]} ... [+{len(text) - max_chars} chars]"
     return text
 
