@@ -361,3 +361,20 @@ def test_a_checkpoint_without_its_state_file_stops_the_run_and_loses_nothing(
     after = {p.relative_to(run): p.read_bytes() for p in run.rglob("*") if p.is_file()}
     assert after == before  # the weights, the metrics rows: nothing deleted or rewritten
     assert [r["iteration"] for r in read_metrics(run)] == [0]
+
+
+@pytest.mark.parametrize("name", ["model.safetensors", "optimizer.pt"])
+def test_a_fifo_planted_as_a_checkpoint_file_is_a_named_error_not_a_hang(
+    one_iteration_run, tiny_model_dir, tmp_path, name
+):
+    run = _copy(one_iteration_run, tmp_path)
+    (run / "checkpoint" / name).unlink()
+    os.mkfifo(run / "checkpoint" / name)
+    done = subprocess.run(
+        [sys.executable, "-m", "training.local", "--config", str(run / "config.json"),
+         f"--out={run}", "--run.iterations=2"],
+        capture_output=True, text=True, timeout=300, cwd=REPO,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert f"{name} is a FIFO, not a regular file" in done.stderr
+    assert "Traceback" not in done.stderr

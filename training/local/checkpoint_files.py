@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from training.files import open_regular
 from training.guarded import load_json
 
 #: The checkpoint format these files belong to.
@@ -22,6 +23,7 @@ def read_tensors(path: Path) -> dict[str, Any]:
     from safetensors import safe_open
     from safetensors.torch import load_file
 
+    open_regular(path).close()  # a FIFO planted in its place: an error, never a hang
     tensors = load_file(str(path))
     with safe_open(str(path), framework="pt") as handle:
         metadata = handle.metadata() or {}
@@ -70,7 +72,8 @@ def read_torch(path: Path) -> Any:
     containers only; anything else is an error, never a call)."""
     import torch
 
-    return torch.load(path, map_location="cpu", weights_only=True)
+    with open_regular(path) as handle:  # a FIFO planted in its place: an error, not a hang
+        return torch.load(handle, map_location="cpu", weights_only=True)
 
 
 def rng_to_json(rng: dict[str, Any]) -> dict[str, Any]:
