@@ -81,9 +81,21 @@ def main(argv: list[str] | None = None) -> int:
     if args.env_id not in gym.registry:
         known = ", ".join(sorted(gigpo_envs.ENVIRONMENTS))
         parser.error(f"unknown environment {args.env_id!r}; known: {known}")
-    if args.seed is not None and args.seed < 0:
-        parser.error(f"--seed must be >= 0, got {args.seed}")
-    return play(args.env_id, args.seed, args.raw, args.history, sys.stdin, sys.stdout)
+    if args.seed is not None and not 0 <= args.seed <= MAX_SEED:
+        parser.error(f"--seed must be in [0, {MAX_SEED}] (2**32 - 1), got {args.seed}")
+    if not 0 <= args.history <= MAX_HISTORY:
+        parser.error(f"--history must be in [0, {MAX_HISTORY}], got {args.history}")
+    try:
+        return play(args.env_id, args.seed, args.raw, args.history, sys.stdin, sys.stdout)
+    except KeyboardInterrupt:  # Ctrl-C at the prompt: one line, as the trainers' commands
+        print(f"\n{parser.prog}: interrupted", file=sys.stderr, flush=True)
+        return 130
+
+
+#: ``--seed``'s range: a trainer's ``run.seed`` (32 bits).
+MAX_SEED = 2**32 - 1
+#: ``--history``'s largest window (the trainer's ``env.history_length`` bound).
+MAX_HISTORY = 1000
 
 
 if __name__ == "__main__":

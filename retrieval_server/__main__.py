@@ -359,7 +359,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     serve.set_defaults(run=serve_command)
 
     args = parser.parse_args(argv)
-    return args.run(args)
+    try:
+        return args.run(args)
+    except KeyboardInterrupt:  # Ctrl-C: uvicorn has shut the server down; one line, no trace
+        what = "the server stopped" if args.command == "serve" else "--out was not written"
+        print(f"{parser.prog}: interrupted: {what}", file=sys.stderr, flush=True)
+        return INTERRUPTED
+
+
+#: The exit status after Ctrl-C (128 + SIGINT), as a shell reports it.
+INTERRUPTED = 130
 
 
 if __name__ == "__main__":

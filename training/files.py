@@ -150,6 +150,12 @@ def open_append(path: str | Path) -> BinaryIO:
             raise UnsafeFileError(
                 f"{path} is a symbolic link: refusing to write through it"
             ) from None
+        try:  # a FIFO without a reader is ENXIO here, a folder EISDIR
+            mode = os.lstat(path).st_mode
+        except OSError:
+            raise exc from None
+        if not stat.S_ISREG(mode):
+            raise UnsafeFileError(f"{path} is {file_kind(mode)}, not a regular file") from None
         raise exc
     return os.fdopen(_checked_fd(fd, path), "ab")
 

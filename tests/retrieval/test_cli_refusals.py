@@ -8,6 +8,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -145,3 +149,33 @@ def test_flags_no_backend_could_use_are_refused(tmp_path, capsys):
     err = _refused(capsys, "serve", "--corpus", str(corpus), "--host", "", "--port", "0")
     assert "--host is empty" in err
     assert not out.exists()
+
+
+def test_ctrl_c_stops_the_retrieval_server_with_one_line(tmp_path):
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text('{"id": "1", "contents": "paris is the capital of france"}\n')
+    err = tmp_path / "stderr.txt"
+    with err.open("w") as stderr:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "retrieval_server", "serve", "--corpus", str(corpus),
+             "--port", "0"], cwd=Path(__file__).resolve().parents[2], stdout=subprocess.PIPE,
+            stderr=stderr, text=True,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        line = proc.stdout.readline()
+        assert line.startswith("listening on"), (line, err.read_text())
+        assert time.monotonic() < deadline
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    text = err.read_text()
+    assert proc.returncode == 130, text
+    assert "Traceback" not in text and "KeyboardInterrupt" not in text, text
+    assert text.strip().splitlines()[-1] == (
+        "python -m retrieval_server: interrupted: the server stopped"
+    ), text

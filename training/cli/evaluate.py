@@ -119,8 +119,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.fail(str(exc))
     try:
         summary = evaluate_heldout(args.model, config, settings, out)
-    except FolderLockError as exc:  # another process holds --out, or it is not an evaluation's
-        print(f"{parser.prog}: error: {exc}", file=sys.stderr)
+    except (FolderLockError, OSError) as exc:  # --out held by another, or not an evaluation's;
+        print(f"{parser.prog}: error: {exc}", file=sys.stderr)  # a planted file; unwritable
         return 2
     except ModelError as exc:
         parser.fail(str(exc))
@@ -165,8 +165,8 @@ def _suite(args: argparse.Namespace, overrides: list[str], parser: CommandParser
     )  # fmt: skip
     try:
         table = evaluate_suite(request)
-    except FolderLockError as exc:  # another process holds --out, or it is not a suite run's
-        print(f"{parser.prog}: error: {exc}", file=sys.stderr)
+    except (FolderLockError, OSError) as exc:  # --out held by another, or not a suite run's;
+        print(f"{parser.prog}: error: {exc}", file=sys.stderr)  # a planted file; unwritable
         return 2
     except ConfigError as exc:
         parser.fail(str(exc))

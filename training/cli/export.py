@@ -24,12 +24,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dtype", choices=DTYPES, default="bfloat16",
                         help="the weights' dtype (default bfloat16)")  # fmt: skip
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    from training.folders import FolderKindError
     from training.local.config import ConfigError
     from training.local.trained import export_run
 
     try:
         record = export_run(args.run_dir, args.out_dir, args.dtype)
-    except (ConfigError, FileNotFoundError, FileExistsError, RuntimeError, ValueError) as exc:
+    except (ConfigError, FolderKindError, OSError, RuntimeError, ValueError) as exc:
         print(f"{parser.prog}: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -75,6 +75,9 @@ def main(argv: list[str] | None = None) -> int:
         "--quick", action="store_true", help="a tenth of the iterations, 2 seeds per part"
     )
     args = parser.parse_args(argv)
+    for flag, value in (("--jobs", args.jobs), ("--threads", args.threads)):
+        if value is not None and not 1 <= value <= 1024:
+            parser.fail(f"{flag} must be a positive int (at most 1024), got {value}")
     out = Path(args.out)
     tick = time.perf_counter()
     try:

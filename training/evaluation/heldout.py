@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from training.files import atomic_write_text
+from training.files import atomic_write_text, check_writable_target
 from training.local.checks import LIMITS, MAX_EPISODES
 from training.local.config import ConfigError, TrainConfig, load_config
 from training.locks import hold_folder
@@ -240,10 +240,14 @@ def evaluate_heldout(
         FolderLockError: ``out`` is held by another process (FolderBusyError, naming it), or
             holds another kind of output, a suite run or a training run (FolderKindError);
             nothing in it is touched.
+        UnsafeFileError: ``out/summary.json`` or ``out/episodes.jsonl`` is there and not a
+            regular file (a planted symlink, a FIFO); checked before the model loads.
     """
     settings.check()  # before the folder is made or any model loads
     lock = hold_folder(out, "evaluate", "gigpo-evaluate")
     try:
+        for name in ("episodes.jsonl", "summary.json"):  # refused before the model loads
+            check_writable_target(out / name)
         try:
             trained = load_policy(model, config, out)
         except (FileNotFoundError, RuntimeError, ValueError) as exc:

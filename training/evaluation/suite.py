@@ -38,7 +38,7 @@ from training.evaluation.heldout import (
 from training.evaluation.play import code_version, play_suite, suite_tasks
 from training.evaluation.suite_file import PINNED_KEYS, SuiteError, load_suite, set_roots
 from training.evaluation.table import markdown_table, summarize
-from training.files import atomic_write_text
+from training.files import atomic_write_text, check_writable_target
 from training.guarded import GuardError, read_json_file
 from training.local.checks import LIMITS
 from training.local.config import ConfigError
@@ -179,6 +179,9 @@ def evaluate_suite(args: SuiteRequest) -> str:
         out.mkdir(parents=True, exist_ok=True)
     with _lock(out):  # the summary and the table too are written while the folder is held
         with _as_suite_errors():
+            for name in ("run.json", "data_manifest.json", "episodes.jsonl", "summary.json",
+                         "table.md"):  # fmt: skip
+                check_writable_target(out / name)  # a planted link or FIFO: refused first
             _check_run(out, run)
             atomic_write_text(out / "data_manifest.json", json.dumps(data, indent=1) + "\n")
         try:

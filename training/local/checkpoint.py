@@ -330,6 +330,11 @@ def convert_pickled(out: Path) -> Path:
 
     UNSAFE on files you did not write: it unpickles ``state.pt``, which runs any code the
     pickle holds. The pickle is kept as ``state.pt.unsafe`` beside the new files.
+
+    Raises:
+        FileNotFoundError: ``out`` holds no ``checkpoint/state.pt``.
+        ValueError: the pickle cannot be read, or holds no checkpoint (its model, iteration
+            and random state); nothing is changed.
     """
     import torch
 
@@ -340,7 +345,17 @@ def convert_pickled(out: Path) -> Path:
             break
     else:
         raise FileNotFoundError(f"{out} holds no pickled checkpoint ({CHECKPOINT_DIR}/state.pt)")
-    state = torch.load(pickled, map_location="cpu", weights_only=False)  # the opt-in
+    try:
+        state = torch.load(pickled, map_location="cpu", weights_only=False)  # the opt-in
+    except Exception as exc:  # noqa: BLE001 - a pickle can fail in any way: named, not raised
+        raise ValueError(f"{pickled} is not a readable pickled checkpoint: {exc}") from None
+    missing = ["model", "iteration", "rng"] if not isinstance(state, dict) else [
+        k for k in ("model", "iteration", "rng") if k not in state]  # fmt: skip
+    if missing:
+        raise ValueError(
+            f"{pickled} is not a pickled checkpoint of gigpo-train: it holds "
+            f"{type(state).__name__}, without {', '.join(missing)}"
+        )
     states = {k: state[k] for k in ("model", "optimizer", "critic", "critic_optimizer")
               if k in state}  # fmt: skip
     kept = out / "state.pt.unsafe"
@@ -379,8 +394,8 @@ def main(argv: list[str] | None = None) -> int:
     except FolderLockError as exc:  # a trainer holds it (named), or it is no run's folder
         print(f"{parser.prog}: error: {exc}", file=sys.stderr)
         return 2
-    except (FileNotFoundError, KeyError, ValueError, RuntimeError) as exc:
-        parser.error(str(exc))
+    except (OSError, KeyError, ValueError, RuntimeError) as exc:  # a file named
+        parser.fail(str(exc))
     print(f"converted: {target} (the pickle is kept as {Path(args.run_dir) / 'state.pt.unsafe'})")
     return 0
 

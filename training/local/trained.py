@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import shutil
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from training.folders import check_owner
 from training.hub import ResolvedModel
 from training.local.checkpoint import (
     CHECKPOINT_DIR,
@@ -134,9 +137,9 @@ def export_run(run: Path, target: Path, dtype: str = "bfloat16") -> dict[str, An
 
     Raises:
         FileNotFoundError: ``run`` is no run directory with a checkpoint.
-        FileExistsError: ``target`` exists.
+        FileExistsError: ``target`` exists (a dangling symlink included).
+        FolderKindError: ``target`` is inside another command's folder (a run's checkpoint).
     """
-    from training.files import atomic_write_text
     from training.local.config import load_config
 
     found = find_run_dir(run)
@@ -145,16 +148,37 @@ def export_run(run: Path, target: Path, dtype: str = "bfloat16") -> dict[str, An
             f"{run} is not a run directory of gigpo-train (config.json beside a checkpoint/)"
         )
     target = Path(target)
-    if target.exists():
+    if target.exists() or target.is_symlink():  # a dangling link is there all the same
         raise FileExistsError(f"{target} exists; export into a new folder")
+    check_owner(target, "export", "OUT_DIR")  # a run's checkpoint is rewritten by its run
     config = load_config(found / "config.json", check_device=False, check_files=False)
     config = dataclasses.replace(config, model=dataclasses.replace(
         config.model, dtype=dtype, device="cpu"))  # fmt: skip
     trained = load_trained(str(found), config, found)
-    staging = target.with_name(target.name + ".tmp")
-    if staging.exists():
-        shutil.rmtree(staging)
-    staging.mkdir(parents=True)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    # A fresh hidden folder beside the target (never one planted or left there before).
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
+    try:
+        record = _write_export(trained, staging, found, dtype)
+        os.chmod(staging, 0o777 & ~_umask())  # mkdtemp's 0700 is not what mkdir gives
+        os.rename(staging, target)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return record
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _write_export(trained: Any, staging: Path, found: Path, dtype: str) -> dict[str, Any]:
+    """The model directory of :func:`export_run`, written into ``staging``; returns its
+    ``gigpo_export.json`` record."""
+    from training.files import atomic_write_text
+
     trained.policy.save_pretrained(str(staging), safe_serialization=True)
     trained.tokenizer.save_pretrained(str(staging))
     record = {
@@ -167,5 +191,4 @@ def export_run(run: Path, target: Path, dtype: str = "bfloat16") -> dict[str, An
         "dtype": dtype,
     }
     atomic_write_text(staging / "gigpo_export.json", json.dumps(record, indent=1) + "\n")
-    staging.rename(target)
     return record

@@ -10,6 +10,7 @@ read through the guarded YAML loader (:mod:`training.guarded`), one spelling per
 from __future__ import annotations
 
 import itertools
+import math
 import re
 from dataclasses import dataclass, fields
 from typing import Any
@@ -106,7 +107,8 @@ def canonical_value(value: Any, where: str = "a setting's value") -> str:
 
     Raises:
         ConfigError: the guarded loader refuses the text (an alias, an integer of too many
-            digits, too deep), naming ``where``.
+            digits, too deep), or the number is not finite (``.nan``, ``.inf``), naming
+            ``where``.
     """
     if isinstance(value, str):
         try:
@@ -119,6 +121,8 @@ def canonical_value(value: Any, where: str = "a setting's value") -> str:
         return "null"
     if isinstance(value, bool):
         return "true" if value else "false"
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(f"{where}: a finite number, got {value!r}")
     if isinstance(value, float) and value.is_integer():
         return str(int(value))
     if isinstance(value, int | float):
@@ -136,6 +140,12 @@ def axis_arms(arms: list[Arm], axes: dict[str, list[Any]], where: str = "axes") 
             raise ConfigError(f"{where}: algo.{bound_text(key, 40)} is not a setting")
         if not isinstance(values, list) or not values:
             raise ConfigError(f"{where}.{key}: a non-empty list of values, got {show(values)}")
+    for key in axes:
+        if not any(arm.estimator in reads[key] for arm in arms):
+            raise ConfigError(
+                f"{where}: algo.{key} is read by none of the estimators "
+                f"{sorted({a.estimator for a in arms})} (it is read by {sorted(reads[key])})"
+            )
     for arm in arms:
         keys = [k for k in axes if arm.estimator in reads[k] and k not in dict(arm.settings)]
         for combo in itertools.product(*(axes[k] for k in keys)):
