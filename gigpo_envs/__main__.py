@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import TextIO
+from typing import NoReturn, TextIO
 
 import gymnasium as gym
 
@@ -64,10 +64,19 @@ def play(
     return 0
 
 
+class _Parser(argparse.ArgumentParser):
+    """Errors as one line and a hint, exit 2; the usage on ``--help`` only (as the trainers'
+    commands, whose parser this package may not import)."""
+
+    def error(self, message: str) -> NoReturn:
+        message = message if len(message) <= 300 else message[:300] + "...]"
+        self.exit(2, f"{self.prog}: error: {message}\nrun '{self.prog} --help' for usage\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``python -m gigpo_envs``."""
-    parser = argparse.ArgumentParser(prog="python -m gigpo_envs", description=__doc__)
-    commands = parser.add_subparsers(dest="command", required=True)
+    parser = _Parser(prog="python -m gigpo_envs", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     commands.add_parser("list", help="list the registered environments")
     play_parser = commands.add_parser("play", help="play an environment at the terminal")
     play_parser.add_argument("env_id", help="e.g. gigpo/Sokoban-v0")

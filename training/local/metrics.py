@@ -17,7 +17,12 @@ from typing import Any
 
 import numpy as np
 
-from training.files import atomic_write_bytes, atomic_write_text, open_append
+from training.files import (
+    atomic_write_bytes,
+    atomic_write_text,
+    check_writable_target,
+    open_append,
+)
 from training.guarded import GuardError, read_json_lines
 from training.text import bound_text, show
 
@@ -129,7 +134,11 @@ class MetricsLog:
     """
 
     def __init__(self, out: Path, completed: int = 0) -> None:
+        """Raises UnsafeFileError (a symlink, FIFO or folder planted as the file) or
+        GuardError (rows that cannot be read), each naming the file, before anything is
+        written."""
         self.path = out / METRICS_FILE
+        check_writable_target(self.path)  # never read through, nor replace, a planted link
         kept = [r for r in read_metrics(self.path) if r["iteration"] < completed]
         # Rewritten whole (a crash mid-write keeps the old file): rows are never lost.
         atomic_write_text(self.path, "".join(json.dumps(r) + "\n" for r in kept))

@@ -53,6 +53,7 @@ REFUSALS = (
     RemoteCodeError,
     PromptTooLongError,
     UnsafeFileError,
+    GuardError,  # a file read back (metrics.jsonl on resume, ...) that cannot be read, named
 )
 
 
