@@ -157,6 +157,12 @@ class TextEnv(gym.Env[str, str]):
         """Restores a state returned by :meth:`_game_state`."""
         raise NotImplementedError
 
+    def _anchor_state(self) -> dict[str, Any]:
+        """The part of the game state that anchor states are matched on (:meth:`state_key`):
+        the whole game state, unless a game hides part of it from the agent (NumberLine's
+        ``hidden_target``), where it is what the agent observes."""
+        return self._game_state()
+
     def parse_game_action(self, action_text: str) -> str | None:
         """Maps normalized action text onto the game's canonical action text.
 
@@ -270,9 +276,10 @@ class TextEnv(gym.Env[str, str]):
         self._started = True
 
     def state_key(self) -> str:
-        """Returns the 16-hex-digit key of the game state (same state, same key, anywhere)."""
+        """Returns the 16-hex-digit key of the game state (same state, same key, anywhere);
+        of the observed part only where a game hides some of it (:meth:`_anchor_state`)."""
         self._require_started("state_key")
-        return state_digest(self._game_state())
+        return state_digest(self._anchor_state())
 
     def state_text(self) -> str:
         """Returns the state as text, for similarity-based anchor grouping."""
@@ -286,7 +293,7 @@ class TextEnv(gym.Env[str, str]):
 
     def _info(self, is_action_valid: bool, action: str | None) -> dict[str, Any]:
         info: dict[str, Any] = {
-            "anchor": state_digest(self._game_state()),
+            "anchor": state_digest(self._anchor_state()),
             "anchor_text": self.state_text(),
             "is_action_valid": is_action_valid,
             "won": self._won,

@@ -24,6 +24,8 @@ NUMBER_WORDS = (
 MINUTES_PER_DAY = 24 * 60
 #: Each valid step moves the clock on by ``1 .. MAX_CLOCK_STEP`` minutes.
 MAX_CLOCK_STEP = 59
+#: ``hidden_target``'s words for the last move (none yet, closer, not closer).
+_MOVES = ("none", "warmer", "colder")
 _ALIASES = {
     "+": "+",
     "-": "-",
@@ -62,6 +64,18 @@ class NumberLineEnv(TextEnv):
     ``state_dict()``); without traps the state is exactly the one of an env without the
     option.
 
+    With ``hidden_target=True`` the target is never shown: the observation is the position and
+    whether the last move came closer (``"Current: 4\nLast move: warmer"``; ``colder`` when it
+    did not, ``none`` before the first move). Which move is right then depends on the move
+    that came before, which only the history shows: after ``warmer`` repeat it, after
+    ``colder`` turn round. The current observation alone is ambiguous (the same position and
+    ``warmer`` follow a ``+`` toward a target on the right and a ``-`` toward one on the
+    left), so the anchor key (:meth:`state_key`, ``info["anchor"]``) is that of what the agent
+    observes, not of the hidden target: two walks toward different targets share anchor
+    states, as observations do in ALFWorld, and only the prompt's history (``K >= 1``) or
+    HGPO's history levels tell them apart. ``state_dict()`` keeps the target, so a restored
+    state repeats its future. An invalid action leaves the last move's word as it was.
+
     The clock is a detail that changes and does not matter: it never changes a reward, the end
     of an episode or the admissible actions, but it is part of the state (its key, its text,
     ``state_dict()``). Exact anchor states then rarely recur, while two states that differ only
@@ -90,6 +104,7 @@ class NumberLineEnv(TextEnv):
       clock: add the ``"Clock: HH:MM"`` line described above.
       traps: the number of trap cells an episode places (at most that many fit, see above);
         an int in ``[0, max_position - 1]``.
+      hidden_target: hide the target; show whether the last move came closer (see above).
       **kwargs: ``invalid_action_penalty``, ``action_parser``, ``render_mode``.
     """
 
@@ -104,6 +119,7 @@ class NumberLineEnv(TextEnv):
         words: bool = False,
         clock: bool = False,
         traps: int = 0,
+        hidden_target: bool = False,
         invalid_action_penalty: float = 0.0,
         action_parser: ActionParser | None = None,
         render_mode: str | None = None,
@@ -111,6 +127,7 @@ class NumberLineEnv(TextEnv):
         max_position = check_int("max_position", max_position, 1, MAX_POSITION_LIMIT)
         words = check_bool("words", words)
         clock = check_bool("clock", clock)
+        hidden_target = check_bool("hidden_target", hidden_target)
         traps = check_int("traps", traps, 0)
         if traps > max_position - 1:
             raise ValueError(
@@ -132,6 +149,10 @@ class NumberLineEnv(TextEnv):
         self.words = words
         self.clock = clock
         self.traps = traps
+        self.hidden_target = hidden_target
+        #: ``hidden_target``: whether the last valid move came closer (``"warmer"``), not
+        #: (``"colder"``), or ``"none"`` before the first; None without ``hidden_target``.
+        self.last_move: str | None = None
         self.position = 0
         self.target = 0
         #: The trap cells of this episode, ascending; empty without ``traps``.
@@ -147,6 +168,7 @@ class NumberLineEnv(TextEnv):
         # Drawn last: the same seed deals the same walk with and without the clock.
         self.clock_time = int(rng.integers(MINUTES_PER_DAY)) if self.clock else None
         self.trap_cells = self._draw_traps(rng) if self.traps else ()
+        self.last_move = "none" if self.hidden_target else None
 
     def _draw_traps(self, rng: np.random.Generator) -> tuple[int, ...]:
         """Draws the episode's traps, after everything else, among the cells off the walk."""
@@ -177,6 +199,8 @@ class NumberLineEnv(TextEnv):
         step = 1 if action == "+" else -1
         self.position = min(max(self.position + step, 0), self.max_position)
         after = abs(self.position - self.target)
+        if self.hidden_target:
+            self.last_move = "warmer" if after < before else "colder"
         if after == 0:
             self._won = True
             return 1.0, True
@@ -199,7 +223,11 @@ class NumberLineEnv(TextEnv):
         return NUMBER_WORDS[value] if self.words else str(value)
 
     def _game_observation(self) -> str:
-        text = f"Target: {self._number(self.target)}\nCurrent: {self._number(self.position)}"
+        text = f"Current: {self._number(self.position)}"
+        if self.hidden_target:
+            text += f"\nLast move: {self.last_move}"
+        else:
+            text = f"Target: {self._number(self.target)}\n" + text
         if self.traps:
             cells = ", ".join(self._number(cell) for cell in self.trap_cells)
             text += f"\nTraps: {cells or 'none'}"
@@ -212,6 +240,11 @@ class NumberLineEnv(TextEnv):
         legend = f"Positions run from {self._number(0)} to {self._number(self.max_position)}."
         if self.traps:
             legend += " Stepping onto a trap ends the episode: the target is then lost."
+        if self.hidden_target:
+            legend += (
+                " The target is hidden: after each move you are told whether it brought you "
+                "closer (warmer) or not (colder)."
+            )
         if self.clock:
             legend += " The clock changes with every move and does not matter."
         return legend
@@ -226,6 +259,15 @@ class NumberLineEnv(TextEnv):
             state["traps"] = list(self.trap_cells)
         if self.clock_time is not None:
             state["clock"] = self.clock_time
+        if self.last_move is not None:
+            state["last_move"] = self.last_move
+        return state
+
+    def _anchor_state(self) -> dict[str, Any]:
+        """The game state without a hidden target: what the agent observes."""
+        state = self._game_state()
+        if self.hidden_target:
+            del state["target"]
         return state
 
     def _game_load(self, game_state: dict[str, Any]) -> None:
@@ -246,6 +288,18 @@ class NumberLineEnv(TextEnv):
         elif "clock" in game_state:
             raise ValueError(f"clock=False, but the game state has a 'clock': {game_state!r}")
         trap_cells = self._load_traps(game_state, max_position, target)
+        last_move = None
+        if self.hidden_target:
+            last_move = game_state.get("last_move")
+            if last_move not in _MOVES:
+                raise ValueError(
+                    f"hidden_target=True needs a 'last_move' in {_MOVES} in the game state: "
+                    f"{game_state!r}"
+                )
+        elif "last_move" in game_state:
+            raise ValueError(f"hidden_target=False, but the game state has a 'last_move': "
+                             f"{game_state!r}")  # fmt: skip
+        self.last_move = last_move
         self.max_position, self.position, self.target = max_position, position, target
         self.clock_time = clock_time
         self.trap_cells = trap_cells

@@ -243,6 +243,39 @@ def test_the_shipped_paper_study_has_the_paper_axes_on_8_seeds():
         study_path("nope")
 
 
+def test_the_family_parts_run_each_method_as_its_recipe_does(tmp_path):
+    """Parts 8a-9b (issue: the family compared as each paper runs it): HGPO on prompts that
+    show the last K steps, K the same for every arm and HGPO's own, with and without
+    base_group, beside GiGPO and GRPO; GraphGPO at its recipe's penalty, statistics and
+    gamma, distance normalisation on and off, every arm of the part at the same penalty."""
+    from training.local.config import load_config
+    from training.study.parts import study_path
+
+    parts = {p.name: p for p in load_study_file(study_path("paper"))[0]}
+    for name in ("history_hidden", "history_long"):
+        part = parts[name]
+        arms = {a.name: dict(a.settings) for a in part.arms}
+        assert set(arms) == {"hgpo", "hgpo:base_group=true", "gigpo:norm=mean_std",
+                             "grpo:norm=mean_std"}  # fmt: skip
+        assert ("hgpo", "gigpo:norm=mean_std") in part.pairs and len(part.seeds) >= 8
+        for path in part.configs:
+            config = load_config(str(path), [f"--out={tmp_path / 'o'}", "--algo.estimator=hgpo"])
+            assert config.env.history_length == config.algo.history_length == 2
+            assert "history" in config.env.template["order"]  # the prompt shows it
+    hidden = load_config(str(parts["history_hidden"].configs[0]), [f"--out={tmp_path / 'o'}"])
+    assert hidden.env.kwargs["hidden_target"] is True
+    for name in ("graphgpo_recipe_long", "graphgpo_recipe_traps"):
+        part = parts[name]
+        settings = [dict(a.settings) for a in part.arms]
+        assert {a.estimator for a in part.arms} == {"graphgpo", "gigpo", "grpo"}
+        assert all(s["invalid_penalty"] == "0.1" and s["episode_stats"] == "step"
+                   for s in settings)  # fmt: skip
+        graph = [s for a, s in zip(part.arms, settings, strict=True) if a.estimator == "graphgpo"]
+        assert sorted(s.get("normalize_distance", "false") for s in graph) == ["false", "true"]
+        assert all("gamma" not in s for s in graph)  # its own default: the ALFWorld recipe's
+        assert len(part.seeds) >= 8
+
+
 def test_study_file_overrides_reach_every_run(tmp_path, tiny_model_dir):
     from training.study.plan import plan_runs as plan_parts
 
