@@ -190,3 +190,36 @@ def test_converting_a_pickle_that_is_no_checkpoint_is_one_line(tmp_path, capsys,
     _one_line(capsys.readouterr().err, needle)
     assert (run / "checkpoint" / "state.pt").read_bytes() == content  # nothing changed
     assert not (run / "state.pt.unsafe").exists()
+
+
+# ------------------------------------------------------------------------------ resume
+
+
+@pytest.mark.parametrize("plant", ["fifo", "symlink", "garbage"])
+def test_resume_refuses_a_planted_metrics_file_by_name_before_writing(
+    run_dir, tmp_path, capsys, plant
+):
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(run_dir, run, symlinks=True)
+    metrics, elsewhere = run / "metrics.jsonl", tmp_path / "elsewhere.txt"
+    elsewhere.write_text("not metrics\n")
+    metrics.unlink()
+    if plant == "fifo":
+        os.mkfifo(metrics)
+    elif plant == "symlink":
+        metrics.symlink_to(elsewhere)
+    else:
+        metrics.write_text("not metrics\n")
+    before = (run / "checkpoint" / "state.json").read_text()
+    argv = ["--config", "smoke", "--run.iterations=2", "--eval.every=0",
+            "--run.progress=false", f"--out={run}"]  # fmt: skip
+    assert _code(train_main, argv) == 2
+    err = capsys.readouterr().err
+    _one_line(err.strip().splitlines()[-1] + "\n", str(metrics))
+    assert "Traceback" not in err
+    assert (run / "checkpoint" / "state.json").read_text() == before
+    assert elsewhere.read_text() == "not metrics\n"
+    assert metrics.is_fifo() if plant == "fifo" else True
+    assert metrics.is_symlink() if plant == "symlink" else True
