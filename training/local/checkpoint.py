@@ -333,8 +333,7 @@ def convert_pickled(out: Path) -> Path:
 
     Raises:
         FileNotFoundError: ``out`` holds no ``checkpoint/state.pt``.
-        ValueError: the pickle cannot be read, or holds no checkpoint (its model, iteration
-            and random state); nothing is changed.
+        ValueError: the pickle cannot be read, or holds no checkpoint; nothing changed.
     """
     import torch
 
@@ -349,13 +348,10 @@ def convert_pickled(out: Path) -> Path:
         state = torch.load(pickled, map_location="cpu", weights_only=False)  # the opt-in
     except Exception as exc:  # noqa: BLE001 - a pickle can fail in any way: named, not raised
         raise ValueError(f"{pickled} is not a readable pickled checkpoint: {exc}") from None
-    missing = ["model", "iteration", "rng"] if not isinstance(state, dict) else [
-        k for k in ("model", "iteration", "rng") if k not in state]  # fmt: skip
-    if missing:
-        raise ValueError(
-            f"{pickled} is not a pickled checkpoint of gigpo-train: it holds "
-            f"{type(state).__name__}, without {', '.join(missing)}"
-        )
+    if missing := [k for k in ("model", "iteration", "rng") if not isinstance(state, dict)
+                   or k not in state]:  # fmt: skip
+        raise ValueError(f"{pickled} is not a pickled checkpoint of gigpo-train: it holds "
+                         f"{type(state).__name__}, without {', '.join(missing)}")  # fmt: skip
     states = {k: state[k] for k in ("model", "optimizer", "critic", "critic_optimizer")
               if k in state}  # fmt: skip
     kept = out / "state.pt.unsafe"
