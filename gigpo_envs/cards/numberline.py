@@ -71,10 +71,11 @@ class NumberLineEnv(TextEnv):
     ``colder`` turn round. The current observation alone is ambiguous (the same position and
     ``warmer`` follow a ``+`` toward a target on the right and a ``-`` toward one on the
     left), so the anchor key (:meth:`state_key`, ``info["anchor"]``) is that of what the agent
-    observes, not of the hidden target: two walks toward different targets share anchor
-    states, as observations do in ALFWorld, and only the prompt's history (``K >= 1``) or
-    HGPO's history levels tell them apart. ``state_dict()`` keeps the target, so a restored
-    state repeats its future. An invalid action leaves the last move's word as it was.
+    observes, not of the hidden target: walks toward different targets share anchor states,
+    as observations do in ALFWorld. Within one task (one target) an observation follows only
+    one of the two moves, so it still names one state there. ``state_dict()`` keeps the
+    target, so a restored state repeats its future. An invalid action leaves the last move's
+    word as it was.
 
     The clock is a detail that changes and does not matter: it never changes a reward, the end
     of an episode or the admissible actions, but it is part of the state (its key, its text,

@@ -180,3 +180,25 @@ def test_hidden_numberline_meets_the_env_contract():
             assert "Traps: " in observation and "Target" not in observation
             if not info["is_action_valid"]:
                 assert env.unwrapped.state_dict()["game"] == before  # a no-op
+
+
+def test_within_one_task_an_observation_names_one_right_move():
+    """A group's rollouts share the hidden target, so an observation can follow only one of
+    the two moves: no anchor key of one task calls for '+' in one rollout and '-' in
+    another (across tasks, many do: the test above)."""
+    env = _hidden()
+    rng = np.random.default_rng(0)
+    across: dict[str, set[str]] = {}
+    for seed in range(200):
+        within: dict[str, set[str]] = {}
+        for _ in range(8):  # a group: 8 rollouts of one task
+            _, info = env.reset(seed=seed)
+            for _ in range(18):
+                right = _best_move(env)
+                within.setdefault(info["anchor"], set()).add(right)
+                across.setdefault(info["anchor"], set()).add(right)
+                _, _, terminated, truncated, info = _act(env, ["+", "-"][int(rng.integers(2))])
+                if terminated or truncated:
+                    break
+        assert all(len(moves) == 1 for moves in within.values()), seed
+    assert sum(len(moves) == 2 for moves in across.values()) >= 10
