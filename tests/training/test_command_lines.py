@@ -16,19 +16,13 @@ import time
 from pathlib import Path
 
 import pytest
+from exit_codes import exit_code
 
 from training.commands import invoked_as
 from training.local.__main__ import main as train_main
 from training.local.config import ConfigError, load_config
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def _code(main, argv: list[str]) -> int:
-    try:
-        return main(argv)
-    except SystemExit as exc:
-        return exc.code
 
 
 # ----------------------------------------------------------------------- one-line errors
@@ -61,7 +55,7 @@ def test_a_bad_argument_is_one_line_naming_the_program_as_typed(
     monkeypatch, capsys, module, argv0, argv, prog
 ):
     monkeypatch.setattr(sys, "argv", [argv0, *argv])
-    assert _code(importlib.import_module(module).main, argv) == 2
+    assert exit_code(importlib.import_module(module).main, argv) == 2
     lines = capsys.readouterr().err.splitlines()
     assert lines[0].startswith(f"{prog}: error: "), lines
     assert lines[1:] in ([], [f"run '{prog} --help' for usage"]), lines
@@ -79,10 +73,10 @@ def test_the_openrlhf_launcher_says_its_own_name(monkeypatch, capfd):
 
 def test_a_refused_config_is_one_line_and_help_still_shows_the_usage(monkeypatch, capsys, tmp_path):
     monkeypatch.setattr(sys, "argv", ["/venv/bin/gigpo-train"])
-    assert _code(train_main, ["--optim.lr=inf", f"--out={tmp_path / 'o'}"]) == 2
+    assert exit_code(train_main, ["--optim.lr=inf", f"--out={tmp_path / 'o'}"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("gigpo-train: error: optim.lr") and err.count("\n") == 1, err
-    assert _code(train_main, ["--help"]) == 0
+    assert exit_code(train_main, ["--help"]) == 0
     assert capsys.readouterr().out.startswith("usage: gigpo-train --config FILE.yaml")
 
 
@@ -147,7 +141,7 @@ def test_misspelled_suite_and_study_keys_get_the_close_match(tmp_path):
 def test_a_duplicate_yaml_key_is_refused_naming_file_line_and_key(tmp_path, capsys):
     path = tmp_path / "dup.yaml"
     path.write_text("run:\n  iterations: 3\nalgo:\n  kl_coef: 0.1\nrun:\n  seed: 4\n")
-    assert _code(train_main, ["--config", str(path), f"--out={tmp_path / 'o'}"]) == 2
+    assert exit_code(train_main, ["--config", str(path), f"--out={tmp_path / 'o'}"]) == 2
     err = capsys.readouterr().err
     assert f"config file {path}: run (line 5, column 1): duplicate key (first on line 1)" in err
     path.write_text("algo:\n  kl_coef: 0.1\n  gamma: 0.9\n  kl_coef: 0.2\n")
@@ -206,7 +200,7 @@ def test_evaluate_refuses_a_flag_its_mode_ignores(tmp_path, capsys, monkeypatch,
 
     monkeypatch.setattr(sys, "argv", ["/venv/bin/gigpo-evaluate"])
     out = tmp_path / "out"
-    assert _code(evaluate.main, [*argv, "--out", str(out)] if "--model" in argv else argv) == 2
+    assert exit_code(evaluate.main, [*argv, "--out", str(out)] if "--model" in argv else argv) == 2
     err = capsys.readouterr().err
     assert err.startswith("gigpo-evaluate: error: ") and flag in err.splitlines()[0], err
     assert not out.exists()
@@ -318,6 +312,6 @@ def test_a_bad_free_memory_variable_is_named_at_load(monkeypatch, capsys, tmp_pa
     with pytest.raises(ConfigError, match="GIGPO_FREE_MEMORY_GIB"):
         load_config("smoke", [f"--out={tmp_path / 'o'}"])
     for dry in ([], ["--dry-run"]):
-        assert _code(train_main, ["--config", "smoke", f"--out={tmp_path / 'o'}", *dry]) == 2
+        assert exit_code(train_main, ["--config", "smoke", f"--out={tmp_path / 'o'}", *dry]) == 2
         err = capsys.readouterr().err
         assert "GIGPO_FREE_MEMORY_GIB" in err and err.count("\n") == 1, err

@@ -7,16 +7,10 @@ built."""
 from __future__ import annotations
 
 import pytest
+from exit_codes import exit_code
 
 from training.local.__main__ import main as train_main
 from training.local.config import ConfigError, load_config
-
-
-def _run(argv: list[str]) -> int:
-    try:
-        return train_main(argv)
-    except SystemExit as exc:
-        return exc.code
 
 
 @pytest.mark.parametrize(
@@ -30,7 +24,7 @@ def _run(argv: list[str]) -> int:
 def test_hgpo_weights_that_overflow_exit_2_naming_the_key(tmp_path, capsys, overrides):
     out = tmp_path / "out"
     argv = ["--config", "smoke", "--algo.estimator=hgpo", *overrides, f"--out={out}"]
-    assert _run(argv) == 2
+    assert exit_code(train_main, argv) == 2
     err = capsys.readouterr().err
     assert "algo.length_alpha=" in err and "overflow float64" in err, err
     assert "algo.history_length=" in err, err

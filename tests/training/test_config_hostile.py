@@ -4,6 +4,7 @@ with exit code 2 from the CLI and nothing created in ``--out``."""
 from __future__ import annotations
 
 import pytest
+from exit_codes import exit_code
 
 from training.local.__main__ import main as train_main
 from training.local.checks import LIMITS, MAX_SEED
@@ -14,13 +15,6 @@ ALIAS_BOMB = "\n".join(
     ["env:", "  kwargs:", '    a0: &a0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
     + [f"    a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]" for i in range(1, 9)]
 )
-
-
-def _run(argv: list[str]) -> int:
-    try:
-        return train_main(argv)
-    except SystemExit as exc:
-        return exc.code
 
 
 @pytest.mark.parametrize(
@@ -54,7 +48,7 @@ def _run(argv: list[str]) -> int:
 )
 def test_a_hostile_override_exits_2_naming_its_key(tmp_path, capsys, overrides, key):
     out = tmp_path / "out"
-    assert _run([*overrides, f"--out={out}"]) == 2
+    assert exit_code(train_main, [*overrides, f"--out={out}"]) == 2
     err = capsys.readouterr().err
     assert key in err, err
     assert len(err) < 2000  # never the whole value
@@ -83,7 +77,7 @@ def test_a_hostile_config_file_exits_2_with_a_clear_message(tmp_path, capsys, co
     path = tmp_path / "config.yaml"
     path.write_bytes(content)
     out = tmp_path / "out"
-    assert _run(["--config", str(path), f"--out={out}"]) == 2
+    assert exit_code(train_main, ["--config", str(path), f"--out={out}"]) == 2
     err = capsys.readouterr().err
     assert message in err, err
     assert "Traceback" not in err and len(err) < 2000
@@ -91,13 +85,13 @@ def test_a_hostile_config_file_exits_2_with_a_clear_message(tmp_path, capsys, co
 
 
 def test_paths_that_are_not_what_they_should_be(tmp_path, capsys):
-    assert _run(["--config", str(tmp_path)]) == 2
+    assert exit_code(train_main, ["--config", str(tmp_path)]) == 2
     assert "is a directory" in capsys.readouterr().err
     taken = tmp_path / "a_file"
     taken.write_text("not a run directory")
-    assert _run([f"--out={taken}"]) == 2
+    assert exit_code(train_main, [f"--out={taken}"]) == 2
     assert "run.out is a file" in capsys.readouterr().err
-    assert _run([f"--out={taken / 'run'}"]) == 2
+    assert exit_code(train_main, [f"--out={taken / 'run'}"]) == 2
     assert "run.out's parent" in capsys.readouterr().err
     assert taken.read_text() == "not a run directory"
 

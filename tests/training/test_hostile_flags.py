@@ -11,17 +11,11 @@ import os
 from pathlib import Path
 
 import pytest
+from exit_codes import exit_code
 
 from training.local.__main__ import main as train_main
 
 BIG = str(2**64)
-
-
-def _code(main, argv: list[str]) -> int:
-    try:
-        return main(argv)
-    except SystemExit as exc:
-        return exc.code
 
 
 def _one_line(err: str, *needles: str) -> None:
@@ -54,7 +48,7 @@ def test_evaluate_refuses_a_planted_summary_link_before_the_model_loads(
     out.mkdir()
     elsewhere.write_text("precious")
     (out / "summary.json").symlink_to(elsewhere)
-    code = _code(main, ["--model", "tiny-random", "--config", "smoke", "--out", str(out)])
+    code = exit_code(main, ["--model", "tiny-random", "--config", "smoke", "--out", str(out)])
     assert code == 2
     _one_line(capsys.readouterr().err, f"{out / 'summary.json'} is a symbolic link")
     assert elsewhere.read_text() == "precious" and (out / "summary.json").is_symlink()
@@ -72,7 +66,7 @@ def test_a_suite_refuses_a_fifo_for_its_episodes_before_the_model_loads(
     out = tmp_path / "out"
     out.mkdir()
     os.mkfifo(out / "episodes.jsonl")
-    code = _code(main, ["--model", "tiny-random", "--suite", "searchqa-sample",
+    code = exit_code(main, ["--model", "tiny-random", "--suite", "searchqa-sample",
                         "--max-episodes", "1", "--out", str(out)])  # fmt: skip
     assert code == 2
     _one_line(capsys.readouterr().err, f"{out / 'episodes.jsonl'} is a FIFO")
@@ -95,12 +89,12 @@ def test_export_refuses_a_dangling_link_and_a_runs_own_checkpoint(run_dir, tmp_p
 
     link = tmp_path / "model"
     link.symlink_to(tmp_path / "nowhere")
-    assert _code(main, [str(run_dir), str(link)]) == 2
+    assert exit_code(main, [str(run_dir), str(link)]) == 2
     _one_line(capsys.readouterr().err, f"{link} exists")
     assert link.is_symlink() and not (tmp_path / "nowhere").exists()
 
     inside = run_dir / "checkpoint" / "exported"
-    assert _code(main, [str(run_dir), str(inside)]) == 2
+    assert exit_code(main, [str(run_dir), str(inside)]) == 2
     _one_line(capsys.readouterr().err, f"OUT_DIR {inside} is inside {run_dir}")
     assert not inside.exists()
 
@@ -111,7 +105,7 @@ def test_export_never_empties_a_folder_planted_at_its_old_staging_name(run_dir, 
     planted = tmp_path / "model.tmp"  # the staging name export used before
     planted.mkdir()
     (planted / "keep.txt").write_text("mine")
-    assert _code(main, [str(run_dir), str(tmp_path / "model"), "--dtype", "float32"]) == 0
+    assert exit_code(main, [str(run_dir), str(tmp_path / "model"), "--dtype", "float32"]) == 0
     assert (planted / "keep.txt").read_text() == "mine"
     assert (tmp_path / "model" / "gigpo_export.json").is_file()
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".model.")]  # no leftover
@@ -145,7 +139,7 @@ def test_study_flags_out_of_range_are_refused_before_anything_runs(tmp_path, cap
     argv = ["--config", "smoke", "--seeds", "0", "--out", str(out), *extra]
     if "--estimators" not in extra:
         argv += ["--estimators", "grpo"]
-    assert _code(main, argv) == 2
+    assert exit_code(main, argv) == 2
     _one_line(capsys.readouterr().err, needle)
     assert not out.exists()
 
@@ -163,7 +157,7 @@ def test_study_flags_out_of_range_are_refused_before_anything_runs(tmp_path, cap
 def test_play_bounds_its_flags(capsys, flag, value, needle):
     from gigpo_envs.__main__ import main
 
-    assert _code(main, ["play", "gigpo/Sokoban-v0", flag, value]) == 2
+    assert exit_code(main, ["play", "gigpo/Sokoban-v0", flag, value]) == 2
     assert needle in capsys.readouterr().err
 
 
@@ -186,7 +180,7 @@ def test_converting_a_pickle_that_is_no_checkpoint_is_one_line(tmp_path, capsys,
     (run / "checkpoint").mkdir(parents=True)
     (run / "config.json").write_text("{}")
     (run / "checkpoint" / "state.pt").write_bytes(content)
-    assert _code(main, [str(run), "--trust-pickle"]) == 2
+    assert exit_code(main, [str(run), "--trust-pickle"]) == 2
     _one_line(capsys.readouterr().err, needle)
     assert (run / "checkpoint" / "state.pt").read_bytes() == content  # nothing changed
     assert not (run / "state.pt.unsafe").exists()
@@ -215,7 +209,7 @@ def test_resume_refuses_a_planted_metrics_file_by_name_before_writing(
     before = (run / "checkpoint" / "state.json").read_text()
     argv = ["--config", "smoke", "--run.iterations=2", "--eval.every=0",
             "--run.progress=false", f"--out={run}"]  # fmt: skip
-    assert _code(train_main, argv) == 2
+    assert exit_code(train_main, argv) == 2
     err = capsys.readouterr().err
     _one_line(err.strip().splitlines()[-1] + "\n", str(metrics))
     assert "Traceback" not in err
