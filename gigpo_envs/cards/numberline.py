@@ -77,6 +77,18 @@ class NumberLineEnv(TextEnv):
     target, so a restored state repeats its future. An invalid action leaves the last move's
     word as it was.
 
+    With ``round_trip=True`` the walk goes to the target and back: the observation adds the
+    start (``"Home: 2\nTarget: 7\nCurrent: 4"``), reaching the target (reward 0, a step
+    closer) turns the walk round, and reaching home after that wins (+1, terminates). A step
+    that does not bring the position closer to the current leg's goal costs -1. Which leg the
+    walk is on is not shown, so a cell strictly between home and target reads the same on
+    the way out (right move: toward the target) and on the way back (toward home): the same
+    observation, within one task, calls for opposite moves, and only the history (which way
+    the last moves went) tells them apart. The anchor key is of what the agent observes
+    (``state_dict()`` keeps the leg in ``"returning"``), so GiGPO's step groups there mix
+    the two legs: the case HGPO's history levels are built to split. Not combined with
+    ``hidden_target``.
+
     The clock is a detail that changes and does not matter: it never changes a reward, the end
     of an episode or the admissible actions, but it is part of the state (its key, its text,
     ``state_dict()``). Exact anchor states then rarely recur, while two states that differ only
@@ -106,6 +118,8 @@ class NumberLineEnv(TextEnv):
       traps: the number of trap cells an episode places (at most that many fit, see above);
         an int in ``[0, max_position - 1]``.
       hidden_target: hide the target; show whether the last move came closer (see above).
+      round_trip: walk to the target and back home, the leg not shown (see above); the
+        default ``max_steps`` is then ``4 * max_position`` (at most ``MAX_STEPS_LIMIT``).
       **kwargs: ``invalid_action_penalty``, ``action_parser``, ``render_mode``.
     """
 
@@ -121,6 +135,7 @@ class NumberLineEnv(TextEnv):
         clock: bool = False,
         traps: int = 0,
         hidden_target: bool = False,
+        round_trip: bool = False,
         invalid_action_penalty: float = 0.0,
         action_parser: ActionParser | None = None,
         render_mode: str | None = None,
@@ -129,6 +144,11 @@ class NumberLineEnv(TextEnv):
         words = check_bool("words", words)
         clock = check_bool("clock", clock)
         hidden_target = check_bool("hidden_target", hidden_target)
+        round_trip = check_bool("round_trip", round_trip)
+        if hidden_target and round_trip:
+            raise ValueError(
+                "hidden_target and round_trip cannot both be True (a round trip shows its target)"
+            )
         traps = check_int("traps", traps, 0)
         if traps > max_position - 1:
             raise ValueError(
@@ -140,8 +160,10 @@ class NumberLineEnv(TextEnv):
                 f"max_position must be an int in [1, {len(NUMBER_WORDS) - 1}] with words=True "
                 f"(the number words end at {NUMBER_WORDS[-1]!r}), got int {max_position}"
             )
+        if max_steps is None:
+            max_steps = min(4 * max_position, MAX_STEPS_LIMIT) if round_trip else 2 * max_position
         super().__init__(
-            max_steps=max_steps if max_steps is not None else 2 * max_position,
+            max_steps=max_steps,
             invalid_action_penalty=invalid_action_penalty,
             action_parser=action_parser,
             render_mode=render_mode,
@@ -151,6 +173,11 @@ class NumberLineEnv(TextEnv):
         self.clock = clock
         self.traps = traps
         self.hidden_target = hidden_target
+        self.round_trip = round_trip
+        #: ``round_trip``: the start cell, and whether the walk has reached the target and is
+        #: on its way back; ``home`` is None and ``returning`` False without ``round_trip``.
+        self.home: int | None = None
+        self.returning = False
         #: ``hidden_target``: whether the last valid move came closer (``"warmer"``), not
         #: (``"colder"``), or ``"none"`` before the first; None without ``hidden_target``.
         self.last_move: str | None = None
@@ -170,6 +197,8 @@ class NumberLineEnv(TextEnv):
         self.clock_time = int(rng.integers(MINUTES_PER_DAY)) if self.clock else None
         self.trap_cells = self._draw_traps(rng) if self.traps else ()
         self.last_move = "none" if self.hidden_target else None
+        self.home = self.position if self.round_trip else None
+        self.returning = False
 
     def _draw_traps(self, rng: np.random.Generator) -> tuple[int, ...]:
         """Draws the episode's traps, after everything else, among the cells off the walk."""
@@ -194,14 +223,23 @@ class NumberLineEnv(TextEnv):
                 self._advance_clock(None)
         return super().step(action)
 
+    def _goal(self) -> int:
+        """The cell the walk is heading for now: home on a round trip's way back, else the
+        target."""
+        return self.home if self.returning and self.home is not None else self.target
+
     def _game_step(self, action: str) -> tuple[float, bool]:
         self._advance_clock(action)
-        before = abs(self.position - self.target)
+        goal = self._goal()
+        before = abs(self.position - goal)
         step = 1 if action == "+" else -1
         self.position = min(max(self.position + step, 0), self.max_position)
-        after = abs(self.position - self.target)
+        after = abs(self.position - goal)
         if self.hidden_target:
             self.last_move = "warmer" if after < before else "colder"
+        if after == 0 and self.round_trip and not self.returning:
+            self.returning = True  # at the target: turn round, the leg not shown
+            return 0.0, False
         if after == 0:
             self._won = True
             return 1.0, True
@@ -229,6 +267,8 @@ class NumberLineEnv(TextEnv):
             text += f"\nLast move: {self.last_move}"
         else:
             text = f"Target: {self._number(self.target)}\n" + text
+        if self.home is not None:
+            text = f"Home: {self._number(self.home)}\n" + text
         if self.traps:
             cells = ", ".join(self._number(cell) for cell in self.trap_cells)
             text += f"\nTraps: {cells or 'none'}"
@@ -246,6 +286,8 @@ class NumberLineEnv(TextEnv):
                 " The target is hidden: after each move you are told whether it brought you "
                 "closer (warmer) or not (colder)."
             )
+        if self.round_trip:
+            legend += " Walk to the target, then back home; which way you are going is not shown."
         if self.clock:
             legend += " The clock changes with every move and does not matter."
         return legend
@@ -262,13 +304,17 @@ class NumberLineEnv(TextEnv):
             state["clock"] = self.clock_time
         if self.last_move is not None:
             state["last_move"] = self.last_move
+        if self.home is not None:
+            state["home"], state["returning"] = self.home, self.returning
         return state
 
     def _anchor_state(self) -> dict[str, Any]:
-        """The game state without a hidden target: what the agent observes."""
+        """The game state without what is hidden (the target, a round trip's leg): what the
+        agent observes."""
         state = self._game_state()
         if self.hidden_target:
             del state["target"]
+        state.pop("returning", None)
         return state
 
     def _game_load(self, game_state: dict[str, Any]) -> None:
@@ -300,10 +346,32 @@ class NumberLineEnv(TextEnv):
         elif "last_move" in game_state:
             raise ValueError(f"hidden_target=False, but the game state has a 'last_move': "
                              f"{game_state!r}")  # fmt: skip
+        home, returning = self._load_round_trip(game_state, max_position, target)
         self.last_move = last_move
+        self.home, self.returning = home, returning
         self.max_position, self.position, self.target = max_position, position, target
         self.clock_time = clock_time
         self.trap_cells = trap_cells
+
+    def _load_round_trip(
+        self, game_state: dict[str, Any], max_position: int, target: int
+    ) -> tuple[int | None, bool]:
+        """The checked ``"home"`` and ``"returning"`` of a game state; raises ValueError if bad."""
+        if not self.round_trip:
+            if "home" in game_state or "returning" in game_state:
+                raise ValueError(f"round_trip=False, but the game state has 'home' or "
+                                 f"'returning': {game_state!r}")  # fmt: skip
+            return None, False
+        home, returning = game_state.get("home"), game_state.get("returning")
+        if not isinstance(returning, bool):
+            raise ValueError(f"round_trip=True needs a bool 'returning' in the game state: "
+                             f"{game_state!r}")  # fmt: skip
+        if isinstance(home, bool) or not isinstance(home, int) or not 0 <= home <= max_position:
+            raise ValueError(f"round_trip=True needs an int 'home' in [0, {max_position}] in the "
+                             f"game state: {game_state!r}")  # fmt: skip
+        if home == target:
+            raise ValueError(f"'home' equals the target in {game_state!r}")
+        return home, returning
 
     def _load_traps(
         self, game_state: dict[str, Any], max_position: int, target: int

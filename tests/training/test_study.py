@@ -252,7 +252,7 @@ def test_the_family_parts_run_each_method_as_its_recipe_does(tmp_path):
     from training.study.parts import study_path
 
     parts = {p.name: p for p in load_study_file(study_path("paper"))[0]}
-    for name in ("history_hidden", "history_long"):
+    for name in ("history_hidden", "history_long", "history_round_trip"):
         part = parts[name]
         arms = {a.name: dict(a.settings) for a in part.arms}
         assert set(arms) == {"hgpo", "hgpo:base_group=true", "gigpo:norm=mean_std",
@@ -264,6 +264,8 @@ def test_the_family_parts_run_each_method_as_its_recipe_does(tmp_path):
             assert "history" in config.env.template["order"]  # the prompt shows it
     hidden = load_config(str(parts["history_hidden"].configs[0]), [f"--out={tmp_path / 'o'}"])
     assert hidden.env.kwargs["hidden_target"] is True
+    trip = load_config(str(parts["history_round_trip"].configs[0]), [f"--out={tmp_path / 'o'}"])
+    assert trip.env.kwargs["round_trip"] is True
     for name in ("graphgpo_recipe_long", "graphgpo_recipe_traps"):
         part = parts[name]
         settings = [dict(a.settings) for a in part.arms]
