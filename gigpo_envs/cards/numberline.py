@@ -78,16 +78,13 @@ class NumberLineEnv(TextEnv):
     word as it was.
 
     With ``round_trip=True`` the walk goes to the target and back: the observation adds the
-    start (``"Home: 2\nTarget: 7\nCurrent: 4"``), reaching the target (reward 0, a step
-    closer) turns the walk round, and reaching home after that wins (+1, terminates). A step
-    that does not bring the position closer to the current leg's goal costs -1. Which leg the
-    walk is on is not shown, so a cell strictly between home and target reads the same on
-    the way out (right move: toward the target) and on the way back (toward home): the same
-    observation, within one task, calls for opposite moves, and only the history (which way
-    the last moves went) tells them apart. The anchor key is of what the agent observes
-    (``state_dict()`` keeps the leg in ``"returning"``), so GiGPO's step groups there mix
-    the two legs: the case HGPO's history levels are built to split. Not combined with
-    ``hidden_target``.
+    start (``"Home: 2\nTarget: 7\nCurrent: 4"``), reaching the target (reward 0) turns the
+    walk round, reaching home after that wins (+1, terminates), and a step that does not come
+    closer to the current leg's goal costs -1. The leg is not shown, so a cell strictly
+    between home and target reads the same on the way out and back, where the right moves are
+    opposite: within one task, only the history tells them apart. The anchor key is of what
+    the agent observes (``state_dict()`` keeps the leg, ``"returning"``), so GiGPO's step
+    groups there mix the legs. Not combined with ``hidden_target``.
 
     The clock is a detail that changes and does not matter: it never changes a reward, the end
     of an episode or the admissible actions, but it is part of the state (its key, its text,
@@ -112,14 +109,14 @@ class NumberLineEnv(TextEnv):
       max_position: the line is ``0 .. max_position``; start and target differ. At most
         :data:`MAX_POSITION_LIMIT`, so that the default ``max_steps`` stays in bounds, and at
         most 20 with ``words=True`` (:data:`NUMBER_WORDS`).
-      max_steps: steps before truncation; defaults to ``2 * max_position``.
+      max_steps: steps before truncation; defaults to ``2 * max_position`` (``4 *
+        max_position`` with ``round_trip``).
       words: write the target and the position as English words instead of digits.
       clock: add the ``"Clock: HH:MM"`` line described above.
       traps: the number of trap cells an episode places (at most that many fit, see above);
         an int in ``[0, max_position - 1]``.
       hidden_target: hide the target; show whether the last move came closer (see above).
-      round_trip: walk to the target and back home, the leg not shown (see above); the
-        default ``max_steps`` is then ``4 * max_position`` (at most ``MAX_STEPS_LIMIT``).
+      round_trip: walk to the target and back home, the leg not shown (see above).
       **kwargs: ``invalid_action_penalty``, ``action_parser``, ``render_mode``.
     """
 
@@ -224,8 +221,7 @@ class NumberLineEnv(TextEnv):
         return super().step(action)
 
     def _goal(self) -> int:
-        """The cell the walk is heading for now: home on a round trip's way back, else the
-        target."""
+        """The cell the walk heads for now: home on a round trip's way back, else the target."""
         return self.home if self.returning and self.home is not None else self.target
 
     def _game_step(self, action: str) -> tuple[float, bool]:
@@ -346,7 +342,7 @@ class NumberLineEnv(TextEnv):
         elif "last_move" in game_state:
             raise ValueError(f"hidden_target=False, but the game state has a 'last_move': "
                              f"{game_state!r}")  # fmt: skip
-        home, returning = self._load_round_trip(game_state, max_position, target)
+        home, returning = self._load_round_trip(game_state, max_position, trap_cells)
         self.last_move = last_move
         self.home, self.returning = home, returning
         self.max_position, self.position, self.target = max_position, position, target
@@ -354,9 +350,10 @@ class NumberLineEnv(TextEnv):
         self.trap_cells = trap_cells
 
     def _load_round_trip(
-        self, game_state: dict[str, Any], max_position: int, target: int
+        self, game_state: dict[str, Any], max_position: int, trap_cells: tuple[int, ...]
     ) -> tuple[int | None, bool]:
-        """The checked ``"home"`` and ``"returning"`` of a game state; raises ValueError if bad."""
+        """The checked ``"home"`` and ``"returning"`` of a game state; ValueError if bad or if no
+        walk reaches it (home on the target, a trap from home to target, at it not turned)."""
         if not self.round_trip:
             if "home" in game_state or "returning" in game_state:
                 raise ValueError(f"round_trip=False, but the game state has 'home' or "
@@ -369,8 +366,14 @@ class NumberLineEnv(TextEnv):
         if isinstance(home, bool) or not isinstance(home, int) or not 0 <= home <= max_position:
             raise ValueError(f"round_trip=True needs an int 'home' in [0, {max_position}] in the "
                              f"game state: {game_state!r}")  # fmt: skip
-        if home == target:
-            raise ValueError(f"'home' equals the target in {game_state!r}")
+        target, position = int(game_state["target"]), int(game_state["position"])
+        low, high = sorted((home, target))
+        if home == target or any(low <= cell <= high for cell in trap_cells):
+            raise ValueError(f"'home' equals the target, or a trap is on the walk between them "
+                             f"(home included): {game_state!r}")  # fmt: skip
+        if position == target and not returning:
+            raise ValueError(f"at the target with 'returning' false (reaching the target turns "
+                             f"the walk round): {game_state!r}")  # fmt: skip
         return home, returning
 
     def _load_traps(

@@ -14,6 +14,7 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 import gigpo_envs  # noqa: F401  (registers the ids)
+from gigpo_algo import hgpo_advantages
 from gigpo_envs.prompts import history_prompt
 
 
@@ -52,6 +53,7 @@ def test_round_trip_false_changes_nothing():
 def test_the_walk_turns_at_the_target_and_wins_at_home():
     env, plain = _trip(), gym.make("gigpo/NumberLine-v0", max_position=5)
     rng = np.random.default_rng(0)
+    wins = 0
     for seed in range(60):
         observation, _ = env.reset(seed=seed)
         plain.reset(seed=seed)
@@ -79,6 +81,8 @@ def test_the_walk_turns_at_the_target_and_wins_at_home():
             assert env.unwrapped.state_dict()["game"]["returning"] == returning
             assert observation == f"Home: {home}\nTarget: {target}\nCurrent: {position}"
             assert info["won"] == (terminated and returning and position == home)
+            wins += info["won"]
+    assert wins >= 10, wins  # random play does get home
 
 
 def test_one_observation_of_one_task_calls_for_opposite_moves():
@@ -90,25 +94,72 @@ def test_one_observation_of_one_task_calls_for_opposite_moves():
     for seed in range(100):
         legs: dict[str, set[bool]] = {}
         moves: dict[str, set[str]] = {}
+        cells: dict[str, int] = {}
         for _ in range(8):
             _, info = env.reset(seed=seed)
             for _ in range(20):
                 # Mostly right moves, so the walks reach the target and come back.
                 move = _right_move(env) if rng.random() < 0.8 else ["+", "-"][rng.integers(2)]
                 legs.setdefault(info["anchor"], set()).add(env.unwrapped.returning)
+                cells[info["anchor"]] = env.unwrapped.position
                 moves.setdefault(info["anchor"], set()).add(_right_move(env))
                 _, _, terminated, truncated, info = _act(env, move)
                 if terminated or truncated:
                     break
         game = env.unwrapped.state_dict()["game"]
-        interior = abs(game["target"] - game["home"]) - 1
+        low, high = sorted((game["home"], game["target"]))
         mixed = [key for key, seen in legs.items() if len(seen) == 2]
+        # Only cells strictly between home and target are passed on both legs.
+        assert all(low < cells[key] < high for key in mixed), seed
         assert all(len(moves[key]) == 2 for key in mixed)
-        assert len(mixed) <= interior
         mixed_tasks += bool(mixed)
-        if interior == 0:
-            assert not mixed, seed
     assert mixed_tasks >= 50, mixed_tasks
+
+
+def test_gigpo_step_groups_mix_the_legs_and_hgpo_level_two_splits_them():
+    """Level 1 (GiGPO's step group) holds both legs at cells between home and target; level 2
+    keys on the previous state too, which differs by leg for a step reached by a right move,
+    so a level-2 group holds both legs only when a member got there by a wrong move."""
+    env = _trip()
+    rng = np.random.default_rng(2)
+    rows: dict[str, list] = {"reward": [], "traj": [], "group": [], "anchor": [], "leg": []}
+    right_arrival: list[bool] = []
+    for seed in range(60):
+        for rollout in range(4):  # a group, as the study config's group_size
+            _, info = env.reset(seed=seed)
+            arrived_right = True
+            for _ in range(20):
+                right = _right_move(env)
+                move = right if rng.random() < 0.8 else ["+", "-"][int(rng.integers(2))]
+                for name, value in (
+                    ("traj", seed * 4 + rollout),
+                    ("group", seed),
+                    ("anchor", info["anchor"]),
+                    ("leg", env.unwrapped.returning),
+                ):
+                    rows[name].append(value)  # fmt: skip
+                right_arrival.append(arrived_right)
+                _, reward, terminated, truncated, info = _act(env, move)
+                rows["reward"].append(reward)
+                arrived_right = move == right
+                if terminated or truncated:
+                    break
+    result = hgpo_advantages(
+        np.array(rows["reward"]), np.array(rows["traj"]), np.array(rows["group"]),
+        np.array(rows["anchor"]), history_length=2,
+    )  # fmt: skip
+    ids, legs, arrived = result.level_group_ids, np.array(rows["leg"]), np.array(right_arrival)
+    assert np.array_equal(ids[0] >= 0, np.ones(len(legs), bool))
+
+    def mixed_groups(level: int) -> list[np.ndarray]:
+        members = [np.flatnonzero(ids[level] == g) for g in np.unique(ids[level][ids[level] >= 0])]
+        return [m for m in members if len(set(legs[m].tolist())) == 2]
+
+    level_one, level_two = mixed_groups(0), mixed_groups(1)
+    assert len(level_one) >= 40, len(level_one)
+    assert len(level_two) < len(level_one) / 2, (len(level_two), len(level_one))
+    for members in level_two:
+        assert not arrived[members].all(), members  # a wrong move made the pair look alike
 
 
 def test_no_policy_of_the_current_observation_alone_wins_but_one_reading_history_does():
@@ -177,15 +228,21 @@ def test_restored_states_repeat_their_future_and_bad_ones_are_refused():
         assert traces[0] == traces[1]
     assert restored_returning > 0
 
-    env.reset(seed=4)
-    state = env.unwrapped.state_dict()
-    game = state["game"]
+    for seed in range(4, 100):  # a walk with a cell between home and target
+        env.reset(seed=seed)
+        state = env.unwrapped.state_dict()
+        game = state["game"]
+        if abs(game["target"] - game["home"]) >= 2:
+            break
     for bad, match in (
         ({"returning": "yes"}, "bool 'returning'"),
         ({"returning": None}, "bool 'returning'"),
         ({"home": 9}, "int 'home'"),
         ({"home": True}, "int 'home'"),
         ({"home": game["target"]}, "equals the target"),
+        ({"traps": [game["home"]]}, "a trap is on the walk"),
+        ({"traps": [(game["home"] + game["target"]) // 2]}, "a trap is on the walk"),
+        ({"position": game["target"], "returning": False}, "at the target with 'returning'"),
     ):
         with pytest.raises(ValueError, match=match):
             env.unwrapped.load_state_dict({**state, "game": {**game, **bad}})
