@@ -11,6 +11,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
+from numberline_checks import assert_option_off_changes_nothing, contract_play
 
 import gigpo_envs  # noqa: F401  (registers the ids)
 from gigpo_envs.prompts import history_prompt
@@ -28,19 +29,11 @@ def _act(env: gym.Env, action: str) -> tuple:
 
 
 def test_hidden_target_false_changes_nothing():
-    plain, off = (
-        gym.make("gigpo/NumberLine-v0"),
-        gym.make("gigpo/NumberLine-v0", hidden_target=False),
-    )
+    assert_option_off_changes_nothing("hidden_target")
+    off = gym.make("gigpo/NumberLine-v0", hidden_target=False)
     for seed in range(20):
-        assert plain.reset(seed=seed) == off.reset(seed=seed)
+        off.reset(seed=seed)
         assert "last_move" not in off.unwrapped.state_dict()["game"]
-        for action in ("+", "-", "x"):
-            step = _act(plain, action)
-            assert step == _act(off, action)
-            if step[2] or step[3]:
-                break
-    assert plain.reset(seed=0)[1]["anchor"] == "554fb8ec304a4b83"  # as pinned before the option
 
 
 def test_the_target_is_hidden_and_each_move_says_warmer_or_colder():
@@ -165,21 +158,8 @@ def test_bad_hidden_states_and_arguments_are_refused():
 
 def test_hidden_numberline_meets_the_env_contract():
     check_env(_hidden(words=True, traps=2, clock=True).unwrapped)
-    env = _hidden(traps=2)
-    rng = np.random.default_rng(5)
-    for seed in range(40):
-        observation, info = env.reset(seed=seed)
-        done = False
-        while not done:
-            before = env.unwrapped.state_dict()["game"]
-            response = f"<action>{['+', '-', 'fly'][int(rng.integers(3))]}</action>"
-            observation, reward, terminated, truncated, info = env.step(response)
-            done = terminated or truncated
-            assert observation == env.unwrapped.state_text() == info["anchor_text"]
-            assert info["anchor"] == env.unwrapped.state_key()
-            assert "Traps: " in observation and "Target" not in observation
-            if not info["is_action_valid"]:
-                assert env.unwrapped.state_dict()["game"] == before  # a no-op
+    for observation in contract_play(_hidden(traps=2)):
+        assert "Traps: " in observation and "Target" not in observation
 
 
 def test_within_one_task_an_observation_names_one_right_move():

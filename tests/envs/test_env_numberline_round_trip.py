@@ -12,6 +12,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
+from numberline_checks import assert_option_off_changes_nothing, contract_play
 
 import gigpo_envs  # noqa: F401  (registers the ids)
 from gigpo_algo import hgpo_advantages
@@ -34,19 +35,11 @@ def _right_move(env: gym.Env) -> str:
 
 
 def test_round_trip_false_changes_nothing():
-    plain, off = (
-        gym.make("gigpo/NumberLine-v0"),
-        gym.make("gigpo/NumberLine-v0", round_trip=False),
-    )
+    assert_option_off_changes_nothing("round_trip")
+    off = gym.make("gigpo/NumberLine-v0", round_trip=False)
     for seed in range(20):
-        assert plain.reset(seed=seed) == off.reset(seed=seed)
+        off.reset(seed=seed)
         assert "home" not in off.unwrapped.state_dict()["game"]
-        for action in ("+", "-", "x"):
-            step = _act(plain, action)
-            assert step == _act(off, action)
-            if step[2] or step[3]:
-                break
-    assert plain.reset(seed=0)[1]["anchor"] == "554fb8ec304a4b83"  # as pinned before the option
     assert off.unwrapped.max_steps == 10 and _trip().unwrapped.max_steps == 20
 
 
@@ -263,18 +256,5 @@ def test_restored_states_repeat_their_future_and_bad_ones_are_refused():
 
 def test_round_trip_meets_the_env_contract():
     check_env(_trip(words=True, traps=2, clock=True).unwrapped)
-    env = _trip(traps=2)
-    rng = np.random.default_rng(5)
-    for seed in range(40):
-        _, info = env.reset(seed=seed)
-        done = False
-        while not done:
-            before = env.unwrapped.state_dict()["game"]
-            response = f"<action>{['+', '-', 'fly'][int(rng.integers(3))]}</action>"
-            observation, _, terminated, truncated, info = env.step(response)
-            done = terminated or truncated
-            assert observation == env.unwrapped.state_text() == info["anchor_text"]
-            assert info["anchor"] == env.unwrapped.state_key()
-            assert observation.startswith("Home: ") and "Traps: " in observation
-            if not info["is_action_valid"]:
-                assert env.unwrapped.state_dict()["game"] == before  # a no-op
+    for observation in contract_play(_trip(traps=2)):
+        assert observation.startswith("Home: ") and "Traps: " in observation
