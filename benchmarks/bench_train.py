@@ -43,7 +43,7 @@ def build_sized_model(directory: Path, dtype: str) -> Path:
     import torch
     from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
 
-    from training.local.tiny_model import build_tiny_model
+    from training.tiny_model import build_tiny_model
 
     build_tiny_model(directory)  # writes the tokenizer (and a tiny model we overwrite)
     tokenizer = AutoTokenizer.from_pretrained(str(directory))

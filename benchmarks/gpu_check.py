@@ -101,7 +101,7 @@ def build_model(directory: Path, tiny: bool, device: str) -> Path:
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     from training.local.model import load_tokenizer
-    from training.local.tiny_model import build_tiny_model
+    from training.tiny_model import build_tiny_model
 
     build_tiny_model(directory)
     if tiny:

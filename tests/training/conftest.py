@@ -17,7 +17,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A 2-layer, 32-wide Qwen2 with a BPE tokenizer trained on the spot, warmed up so that
     it writes an admissible action now and then (else every advantage would be 0)."""
-    from training.local.tiny_model import build_tiny_model
+    from training.tiny_model import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("tiny") / "model", warmup_steps=120)
 

@@ -57,7 +57,7 @@ RUN_TIMEOUT_S = 300
 
 @pytest.fixture(scope="module")
 def lora_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from training.local.tiny_model import build_tiny_model
+    from training.tiny_model import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("lora") / "model")
 

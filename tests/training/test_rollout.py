@@ -173,7 +173,7 @@ def test_the_log_prob_recorder_holds_one_step_of_logits():
 def test_a_models_own_repetition_penalty_does_not_reach_the_sampler(tmp_path):
     """Instruct models ship sampling settings (Qwen2.5-Instruct: repetition_penalty 1.1):
     the trainer samples from softmax(logits / temperature) all the same."""
-    from training.local.tiny_model import build_tiny_model
+    from training.tiny_model import build_tiny_model
 
     model_dir = build_tiny_model(tmp_path / "random")  # no warm-up: long, varied responses
     tok = load_tokenizer(model_dir)

@@ -8,7 +8,7 @@ first: the loop, top to bottom (``from training.local.train import train``).
   :mod:`~training.local.checks`: every value checked before a model is built
   (:mod:`~training.local.model_checks`: the model's name, revision, remote code, LoRA).
 - :mod:`~training.local.model`: loading the policy, reference and critic (PPO's value
-  model) (:mod:`~training.local.tiny_model`: the random test model;
+  model) (:mod:`training.tiny_model`, shared with the verl launcher: the random test model;
   :mod:`~training.local.critic`: the critic's GAE targets and its step;
   :mod:`~training.local.lora`: LoRA adapters through PEFT, the base as the reference);
   :mod:`~training.local.precision`: the compute dtype of every forward pass (bfloat16

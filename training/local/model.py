@@ -36,7 +36,7 @@ def model_source(config: ModelConfig, out: Path) -> ResolvedModel:
             ``model.trust_remote_code`` is off.
     """
     if config.name_or_path == "tiny-random":
-        from training.local.tiny_model import build_tiny_model, tiny_model_settings
+        from training.tiny_model import build_tiny_model, tiny_model_settings
 
         directory = out / "tiny-model"
         settings = {

@@ -87,7 +87,7 @@ def plan_config(config: TrainConfig) -> tuple[Any, str]:
 
     m = config.model
     if m.name_or_path == "tiny-random":
-        from training.local.tiny_model import TAG_TOKENS, tiny_model_config
+        from training.tiny_model import TAG_TOKENS, tiny_model_config
 
         vocab = m.tiny_vocab_size + len(TAG_TOKENS)  # the tokenizer's length at most
         return tiny_model_config(m.tiny_hidden_size, m.tiny_layers, vocab), "model.tiny_*"

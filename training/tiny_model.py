@@ -106,17 +106,19 @@ def build_tiny_model(
     vocab_size: int = 400,
     warmup_steps: int = 0,
     seed: int = 0,
+    head_dim: int = 16,
 ) -> Path:
     """Writes a random Qwen2 and its tokenizer to ``directory`` (a normal HF model dir).
 
     Args:
         directory: where to save; created if missing.
-        hidden_size: model width (heads of 16 dims each).
+        hidden_size: model width (heads of ``head_dim`` dims each).
         num_layers: decoder layers.
         vocab_size: BPE vocabulary size (>= 256 + special tokens).
         warmup_steps: supervised steps on random admissible actions (see :func:`_warm_up`);
             0 keeps the weights random.
         seed: torch seed of the random weights and the warm-up.
+        head_dim: dims per attention head (16; vLLM's CPU attention takes 32 and up).
 
     Returns:
         ``directory`` as a Path.
@@ -125,8 +127,12 @@ def build_tiny_model(
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast, Qwen2ForCausalLM
 
-    if hidden_size % 16 or hidden_size < 16:
-        raise ValueError(f"hidden_size must be a positive multiple of 16, got {hidden_size}")
+    if head_dim not in (16, 32, 64):
+        raise ValueError(f"head_dim must be 16, 32 or 64, got {head_dim}")
+    if hidden_size % head_dim or hidden_size < head_dim:
+        raise ValueError(
+            f"hidden_size must be a positive multiple of head_dim {head_dim}, got {hidden_size}"
+        )
     if vocab_size < 256 + len(SPECIAL_TOKENS):
         raise ValueError(f"vocab_size must be >= {256 + len(SPECIAL_TOKENS)}, got {vocab_size}")
     directory = Path(directory)
@@ -162,6 +168,7 @@ def build_tiny_model(
         hidden_size,
         num_layers,
         len(tokenizer),
+        head_dim=head_dim,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
     )
@@ -175,6 +182,8 @@ def build_tiny_model(
     model.save_pretrained(directory)
     settings = {"hidden_size": hidden_size, "num_layers": num_layers, "vocab_size": vocab_size,
                 "warmup_steps": warmup_steps, "seed": seed}  # fmt: skip
+    if head_dim != 16:  # recorded only where it differs, so earlier builds still match
+        settings["head_dim"] = head_dim
     (directory / BUILT_FILE).write_text(json.dumps(settings, sort_keys=True) + "\n")
     if final.exists():
         shutil.rmtree(final)
@@ -188,12 +197,12 @@ def build_tiny_model(
 
 
 def tiny_model_config(
-    hidden_size: int, num_layers: int, vocab_size: int, **tokens: int | None
+    hidden_size: int, num_layers: int, vocab_size: int, head_dim: int = 16, **tokens: int | None
 ) -> Any:
-    """The tiny model's ``Qwen2Config``: heads of 16 dims, one key/value head per two, an MLP
-    twice as wide as the model, tied embeddings. ``vocab_size``: the tokenizer's length (the
-    BPE vocabulary, at most the ``vocab_size`` setting, and the :data:`TAG_TOKENS`).
-    ``tokens``: ``eos_token_id`` and ``pad_token_id``."""
+    """The tiny model's ``Qwen2Config``: heads of ``head_dim`` dims, one key/value head per
+    two (at least one), an MLP twice as wide as the model, tied embeddings. ``vocab_size``:
+    the tokenizer's length (the BPE vocabulary, at most the ``vocab_size`` setting, and the
+    :data:`TAG_TOKENS`). ``tokens``: ``eos_token_id`` and ``pad_token_id``."""
     from transformers import Qwen2Config
 
     return Qwen2Config(
@@ -201,8 +210,8 @@ def tiny_model_config(
         hidden_size=hidden_size,
         intermediate_size=2 * hidden_size,
         num_hidden_layers=num_layers,
-        num_attention_heads=hidden_size // 16,
-        num_key_value_heads=max(1, hidden_size // 32),
+        num_attention_heads=hidden_size // head_dim,
+        num_key_value_heads=max(1, hidden_size // (2 * head_dim)),
         max_position_embeddings=4096,
         tie_word_embeddings=True,
         bos_token_id=None,
