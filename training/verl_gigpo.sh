@@ -8,10 +8,12 @@
 # actor_rollout_ref.model.path=Qwen/Qwen2.5-1.5B-Instruct, algorithm.adv_estimator=hgpo,
 # algorithm.gigpo.step_advantage_w=1.0: verl-agent's names or gigpo_algo's) plus ours: --env,
 # --env.kwargs, --env.num_tasks, --env.val_tasks, --env.max_new_tokens, --env.workers,
-# --group_size, --history_length, --dataset_dir. --dry-run prints the settings and the full
-# verl command and starts nothing. docs/verl.md says what runs where.
+# --group_size, --history_length, --run_dir, --dataset_dir. Every command passes verl's own
+# checks first; --dry-run prints the settings, the batch and the full verl command and starts
+# nothing. docs/verl.md says what runs where.
 #
-# Needs: pip install "gigpo[verl]" plus verl's GPU stack (vllm, flash-attn) on every node.
+# Needs: pip install -e ".[verl]" (in a clone) plus verl's GPU stack (vllm, flash-attn) on every
+# node; on a CPU machine the verl-cpu extra and trainer.device=cpu (docs/verl.md).
 # A thin wrapper: the launcher is training/verl/launch.py, installed as gigpo-verl.
 set -euo pipefail
 PYTHON=${PYTHON:-python3}

@@ -10,9 +10,10 @@ penalty).
 old log-probs and takes one PPO step on the batch as it comes out, as ``RayPPOTrainer`` drives
 the worker (``_compute_old_log_prob``, ``_update_actor``) minus Ray.
 
-The worker runs in a child process (this file run as a script, :func:`main`): the CPU
-platform that stands in for the GPU (:mod:`cpu_platform`) and the process group the worker
-opens last for the life of a process.
+The worker runs in a child process (this file run as a script, :func:`main`) on verl's CPU
+platform (``VERL_PLATFORM=cpu``: :mod:`training.verl.cpu`, which the plugin registers when
+verl is imported, with the worker's process group on gloo): the platform and the process
+group last for the life of a process.
 """
 
 from __future__ import annotations
@@ -141,6 +142,7 @@ def run_actor_step(batch: Any, model_dir: Path, folder: Path) -> dict[str, Any]:
         "LOCAL_RANK": "0",
         "LOCAL_WORLD_SIZE": "1",
         "VERL_LOGGING_LEVEL": "WARN",
+        "VERL_PLATFORM": "cpu",  # the plugin's CPU platform (training/verl/cpu.py)
     }
     done = subprocess.run(
         [sys.executable, __file__, str(folder / "batch.pkl"), str(model_dir), str(folder)],
@@ -263,10 +265,6 @@ def parameters(module: torch.nn.Module) -> dict[str, torch.Tensor]:
 def main(batch_path: str, model_dir: str, folder: str) -> None:
     """Compute the old log-probs and update verl's actor once on the batch at ``batch_path``;
     write the update's metrics and how the weights moved to ``folder/report.json``."""
-    import cpu_platform
-
-    cpu_platform.install()
-    cpu_platform.open_process_group()
     from verl import DataProto
     from verl.utils import tensordict_utils as tu
     from verl.utils.py_functional import rename_dict

@@ -74,7 +74,7 @@ class QueueStandIn:
     async def async_kv_batch_put(self, keys, fields, tags=None, partition_id="train") -> None:
         self.kv_batch_put(keys, partition_id, fields)
 
-    def kv_batch_put(self, keys, partition_id, fields) -> None:
+    def kv_batch_put(self, keys, partition_id, fields, tags=None) -> None:
         for i, key in enumerate(keys):
             row = fields[i]
             stored = self.rows.setdefault(key, {})
@@ -84,17 +84,18 @@ class QueueStandIn:
                     value.data if hasattr(value, "data") and not torch.is_tensor(value) else value
                 )
 
-    def kv_batch_get(self, keys, partition_id, select_fields):
+    def kv_batch_get(self, keys, partition_id, select_fields=None):
         from verl.utils.tensordict_utils import list_of_dict_to_tensordict
 
         return list_of_dict_to_tensordict(
-            [{f: self.rows[k][f] for f in select_fields if f in self.rows[k]} for k in keys]
-        )
+            [{f: v for f, v in self.rows[k].items() if select_fields is None or f in select_fields}
+             for k in keys]
+        )  # fmt: skip
 
 
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory) -> Path:
-    from training.local.tiny_model import build_tiny_model
+    from training.tiny_model import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("tiny") / "model", vocab_size=600)
 
@@ -273,17 +274,24 @@ def _postprocess(outputs_by_session: dict, queue: QueueStandIn) -> list[str]:
     return keys
 
 
-@pytest.mark.parametrize("estimator", ["gigpo", "hgpo", "graphgpo"])
+@pytest.mark.parametrize(
+    ("estimator", "padded"),
+    [("gigpo", False), ("hgpo", False), ("graphgpo", False), ("gigpo", True), ("graphgpo", True)],
+)  # fmt: skip
 def test_verls_v1_advantage_step_trains_every_step_with_its_own_advantage(
-    verl_config, tokenizer, tmp_path, monkeypatch, estimator
+    verl_config, tokenizer, tmp_path, monkeypatch, estimator, padded
 ):
-    """The episodes through verl's v1 post-processing into the queue, then verl's own
+    """The episodes through verl's v1 post-processing into the queue (``padded``: then verl's
+    own padding to a multiple of a mini-batch, rows copied from the first), then verl's own
     ``PPOTrainer._compute_advantage`` (wrapped by the plugin): every step row gets
-    gigpo_algo's advantage of its own, computed on the same rows."""
+    gigpo_algo's advantage of its own, computed on the same rows; verl's padding rows get 0
+    and take no part; the step's records go beside verl's generations."""
     from omegaconf import OmegaConf
+    from verl.trainer.ppo import padding_utils
     from verl.trainer.ppo.v1 import agent_loop_tq, trainer_base
 
     from training.advantages import critic_free_advantages
+    from training.record_files import read_rollouts, rollout_path
     from training.records import StepRecords
     from training.verl.config import algorithm_settings
 
@@ -308,10 +316,20 @@ def test_verls_v1_advantage_step_trains_every_step_with_its_own_advantage(
     config = OmegaConf.create(OmegaConf.to_container(verl_config, resolve=False))
     config.algorithm.update(algorithm)  # verl's own section, with our estimator
     config.actor_rollout_ref.rollout.n = 4
-    trainer = SimpleNamespace(config=config)
+    config.trainer.rollout_data_dir = str(tmp_path / "generations")
+    trainer = SimpleNamespace(config=config, global_steps=3)
     from transfer_queue import KVBatchMeta
 
     batch = KVBatchMeta(keys=keys, partition_id="train", tags=[{} for _ in keys])
+    if padded:
+        monkeypatch.setattr(padding_utils, "tq", queue)
+        batch = padding_utils.upsample_batch_to_divisible_size(
+            batch, len(keys) + 5, tokenizer.eos_token_id
+        )
+        assert len(batch.keys) == len(keys) + 5 and batch.tags[-1]["is_padding"]
+        for key in batch.keys[len(keys) :]:  # as the log-prob steps would
+            queue.rows[key]["old_log_probs"] = queue.rows[key]["rollout_log_probs"]
+        assert queue.rows[batch.keys[-1]]["extra_fields"] == queue.rows[keys[0]]["extra_fields"]
     metrics: dict[str, float] = {}
     trainer_base.PPOTrainer._compute_advantage(trainer, batch, metrics)
     records = StepRecords()
@@ -329,6 +347,12 @@ def test_verls_v1_advantage_step_trains_every_step_with_its_own_advantage(
         assert row.shape == mask.shape
         assert torch.allclose(row, torch.full_like(row, float(value)) * mask, atol=1e-5), key
     assert len(set(np.round(expected, 6))) > 2  # steps differ: not one episode broadcast
+    for key in batch.keys[len(keys) :]:  # verl's padding: no advantage, nothing else moved
+        assert not queue.rows[key]["advantages"].any()
+    header, rows = read_rollouts(rollout_path(tmp_path / "generations", 2))  # global step 3
+    assert header["source"] == "verl" and header["estimator"] == estimator
+    assert len(rows) == len(keys)
+    assert sorted(round(r["advantage"], 5) for r in rows) == sorted(np.round(expected, 5))
     # The batch's metrics, beside verl's: the step groups and the episodes, as the records say.
     from training.advantages import step_groups
     from training.stats import step_group_summary

@@ -1,11 +1,11 @@
 """The plugin as verl loads it (its ``verl.plugins`` entry point, in a fresh process), its
-checks that fail loudly when verl changes under it, and the ``gigpo-verl`` launcher."""
+CPU platform (``VERL_PLATFORM=cpu``), and its checks that fail loudly when verl changes under
+it. The launcher's tests are in test_verl_launch.py."""
 
 from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
 import textwrap
@@ -13,7 +13,7 @@ import types
 
 import pytest
 
-from training.verl import launch, plugin
+from training.verl import command, plugin
 
 PROBE = textwrap.dedent(
     """
@@ -70,6 +70,17 @@ def test_each_patch_checks_what_it_wraps():
         plugin.register_agent_loop(types.SimpleNamespace())
     with pytest.raises(plugin.VerlChangedError, match="PPOTrainer._compute_advantage"):
         plugin.patch_trainer_base(types.SimpleNamespace(PPOTrainer=object))
+    # the CPU platform's patches (training/verl/cpu.py): a moved or renamed target is named
+    from training.verl import cpu
+
+    name = "verl.utils.distributed"
+    moved = types.ModuleType(name)
+    moved.initialize_global_process_group_ray = lambda timeout=None: None
+    with pytest.raises(plugin.VerlChangedError, match=r"initialize_global_process_group_ray\("):
+        plugin.checked_patch(cpu.patch_process_group, cpu.TARGETS[name], moved)
+    with pytest.raises(plugin.VerlChangedError, match="BucketedWeightReceiver.receive_weights"):
+        plugin.checked_patch(cpu.patch_weight_receiver,
+                             cpu.TARGETS[cpu.WEIGHT_TRANSFER], types.ModuleType("x"))  # fmt: skip
 
 
 def test_the_launchers_list_of_verls_estimators_is_verls():
@@ -77,115 +88,94 @@ def test_the_launchers_list_of_verls_estimators_is_verls():
 
     verls = {e.value for e in core_algos.AdvantageEstimator}
     verls |= set(core_algos.ADV_ESTIMATOR_REGISTRY)
-    assert set(launch.VERL_OWN_ESTIMATORS) == verls - {"gigpo", "hgpo", "graphgpo"}
+    assert set(command.VERL_OWN_ESTIMATORS) == verls - {"gigpo", "hgpo", "graphgpo"}
 
 
-def _dry_run(capsys, *args: str) -> tuple[int, str, str]:
-    code = launch.main(["--dry-run", *args])
-    out, err = capsys.readouterr()
-    return code, out, err
+#: The CPU platform as a fresh process sees it. Its vLLM patches (training/verl/vllm_cpu.py)
+#: need vLLM's CPU build, which this env does not install: tests/verl_e2e runs them.
+CPU_PROBE = textwrap.dedent(
+    """
+    import json
+    import verl  # the plugin registers the CPU platform and its patches on this import
+    from verl.plugin.platform import get_platform
+    from verl.utils import distributed
+    from verl.workers.engine.fsdp import transformer_impl
+    platform = get_platform()
+    module = platform.device_module
+    state = module.get_rng_state()
+    module.set_rng_state(state)
+    print(json.dumps({
+        "device": platform.device_name, "backend": platform.communication_backend_name(),
+        "ray": platform.ray_resource_name(), "ipc": platform.is_ipc_supported(),
+        "patched": [getattr(f, "__gigpo_patched__", False) for f in (
+            distributed.initialize_global_process_group_ray, transformer_impl.CPUOffloadPolicy)],
+        "memory": [module.memory_allocated(), module.max_memory_reserved()],
+        "free": module.mem_get_info()[0] > 0,
+    }))
+    """
+)
 
 
-def test_dry_run_prints_verls_command_with_our_agent_loop_and_estimator(capsys, tmp_path):
-    code, out, _ = _dry_run(capsys, "--env", "gigpo/WebShop-v0", "--group_size", "4",
-                            "--dataset_dir", str(tmp_path / "d"),
-                            "algorithm.adv_estimator=graphgpo",
-                            "algorithm.graphgpo.normalize_distance=true",
-                            "actor_rollout_ref.model.path=/models/qwen")  # fmt: skip
-    assert code == 0
-    command = out.split("# verl:\n", 1)[1].strip()
-    assert " -m verl.trainer.main_ppo " in command
-    for part in ("actor_rollout_ref.rollout.agent.default_agent_loop=gigpo",
-                 "actor_rollout_ref.rollout.n=4", "algorithm.adv_estimator=graphgpo",
-                 "algorithm.gamma=0.1", "+algorithm.graphgpo.normalize_distance=true",
-                 "data.max_prompt_length=4096",
-                 "actor_rollout_ref.model.path=/models/qwen"):  # fmt: skip
-        assert part in command.split(), part
-    settings = json.loads(out.split("# settings: ", 1)[1].splitlines()[0])
-    assert settings["normalize_distance"] is True and settings["episode_stats"] == "step"
-    assert not (tmp_path / "d").exists()  # a dry run writes nothing
+def test_verl_platform_cpu_selects_the_plugins_cpu_platform_in_a_fresh_process():
+    done = subprocess.run([sys.executable, "-c", CPU_PROBE], capture_output=True, text=True,
+                          env={**os.environ, "VERL_PLATFORM": "cpu"}, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen == {"device": "cpu", "backend": "gloo", "ray": "GPU", "ipc": False,
+                    "patched": [True, True], "memory": [0, 0], "free": True}  # fmt: skip
 
 
-@pytest.mark.parametrize(
-    ("args", "message"),
-    [
-        (["algorithm.adv_estimator=ppo2"], "neither gigpo_algo's .* nor verl 0.9.1's"),
-        (["algorithm.gigpo.lenght_alpha=1"], "algorithm.gigpo.lenght_alpha is not a setting"),
-        (["algorithm.adv_estimator=hgpo", "algorithm.gigpo.mode=mean_norm"],
-         "a setting of gigpo, the estimator is hgpo"),
-        (["--env", "gigpo/Nope-v0"], "--env must be one of"),
-        (["--group_size", "many"], "--group_size must be an int"),
-        (["--env.num_tasks", "1000000000"], r"--env.num_tasks must be in \[1, 1000000\]"),
-        (["--env.kwargs", "[1]"], "--env.kwargs must be a JSON object"),
-        # each bound as the OpenRLHF launcher's and the local trainer's; JSON read guarded
-        (["--env.num_tasks", "3000000"], r"--env.num_tasks must be in \[1, 1000000\]"),
-        (["--env.max_new_tokens", "999999"], r"--env.max_new_tokens must be in \[1, 32768\]"),
-        (["--history_length", "1001"], r"--history_length must be in \[0, 1000\]"),
-        (["--group_size", "1025"], r"--group_size must be in \[1, 1024\]"),
-        (["--env.workers", "1025"], r"--env.workers must be in \[0, 1024\]"),
-        (["--env.kwargs", "[" * 100_000], "--env.kwargs: nested too deeply"),
-        (["--env.kwargs", '{"a": 1' + "0" * 5000 + "}"], "--env.kwargs: an integer of 5001"),
-        (["--env.seed", str(2**64)], "unknown flag --env.seed"),  # the seeds are fixed
-        (["--colour", "red"], "unknown flag --colour"),
-        (["algorithm.use_kl_in_reward=True"], "use_kl_loss"),
-        (["oops"], "neither one of our flags nor a Hydra override"),
-        (["algorithm.gigpo.mode.x=1"], "settings are algorithm.gigpo.<name>"),
-    ],
-)  # fmt: skip
-def test_dry_run_refuses_with_exit_2_naming_the_argument(capsys, monkeypatch, args, message):
-    monkeypatch.setattr(sys, "argv", ["/venv/bin/gigpo-verl"])  # as the console script
-    code, _, err = _dry_run(capsys, *args)
-    assert code == 2
-    assert err.startswith("gigpo-verl: error: ")
-    assert re.search(message, err), err
+def test_without_verl_platform_cpu_nothing_of_the_cpu_platform_is_installed():
+    probe = (
+        "import json, verl\n"
+        "from verl.plugin.platform import PlatformRegistry\n"
+        "from verl.utils import distributed\n"
+        "print(json.dumps([PlatformRegistry.get('cpu') is None, getattr("
+        "distributed.initialize_global_process_group_ray, '__gigpo_patched__', False)]))"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "VERL_PLATFORM"}
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          env=env, timeout=300, check=True)  # fmt: skip
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == [True, False]
 
 
-def test_verls_own_estimator_passes_through_unread(capsys):
-    code, out, _ = _dry_run(capsys, "algorithm.adv_estimator=grpo")
-    assert code == 0 and "# settings:" not in out
+def test_the_vllm_cpu_alias_answers_only_for_vllm(monkeypatch):
+    """vLLM's CPU build is the distribution ``vllm-cpu``; verl asks for ``vllm``. The alias
+    gives verl the CPU build's version with ``+cpu`` and stays out of every other lookup."""
+    import importlib.metadata as metadata
 
+    from training.verl import cpu, vllm_cpu
 
-def test_the_datasets_carry_one_task_per_row(tmp_path):
-    from training.env_tasks import parse_task
+    real = metadata.distribution
 
-    ours, _, _ = launch.parse(["--env", "gigpo/Sokoban-v0", "--env.num_tasks", "5",
-                               "--env.val_tasks", "2", "--history_length", "3",
-                               "--dataset_dir", str(tmp_path)])  # fmt: skip
-    launch.write_datasets(ours)
-    import pandas as pd
+    class CpuBuild(metadata.Distribution):
+        def read_text(self, filename):
+            if filename == "METADATA":
+                return "Metadata-Version: 2.1\nName: vllm-cpu\nVersion: 0.27.0\nSummary: x\n"
+            return None
 
-    train = pd.read_parquet(tmp_path / "train.parquet")
-    val = pd.read_parquet(tmp_path / "val.parquet")
-    seeds = [parse_task(x["gigpo_task"]).seed for x in train["extra_info"]]
-    assert seeds == [0, 1, 2, 3, 4] and len(val) == 2
-    task = parse_task(val["extra_info"][0]["gigpo_task"])
-    assert task.seed >= 1_000_000 and task.history_length == 3 and task.layout == "step"
-    assert set(train["agent_name"]) == {"gigpo"}
+        def locate_file(self, path):
+            return path
 
+    def distribution(name):
+        if name == "vllm-cpu":
+            return CpuBuild()
+        if name == "vllm":
+            raise metadata.PackageNotFoundError(name)
+        return real(name)
 
-def test_a_run_writes_its_datasets_under_the_folders_lock(tmp_path, monkeypatch, capsys):
-    """Without --dry-run: the datasets are written, verl's command runs (here ``true`` stands
-    in for the interpreter), and the folder is held meanwhile: a second launch into a held
-    folder, or into another kind of folder, is refused with exit 2."""
-    from training.locks import hold_folder
-
-    monkeypatch.setenv("PYTHON", "true")
-    folder = tmp_path / "data"
-    assert launch.main(["--dataset_dir", str(folder), "--env.num_tasks", "3"]) == 0
-    assert (folder / "train.parquet").exists() and (folder / "val.parquet").exists()
-    with hold_folder(folder, "verl", "another gigpo-verl", "--dataset_dir"):
-        assert launch.main(["--dataset_dir", str(folder)]) == 2
-    assert "another gigpo-verl" in capsys.readouterr().err
-    run = tmp_path / "run"
-    with hold_folder(run, "train", "gigpo-train"):
-        pass
-    assert launch.main(["--dataset_dir", str(run)]) == 2
-    assert "training run" in capsys.readouterr().err
-    assert launch.main(["--dataset_dir", str(folder), "--env.num_tasks", "2"]) == 0  # released
-
-
-def test_a_run_without_verl_installed_names_the_extra(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(launch.importlib.util, "find_spec", lambda name: None)
-    assert launch.main(["--dataset_dir", str(tmp_path / "d")]) == 2
-    assert "pip install 'gigpo[verl]'" in capsys.readouterr().err
-    assert not (tmp_path / "d").exists()
+    monkeypatch.setattr(metadata, "distribution", distribution)
+    finders = list(sys.meta_path)
+    monkeypatch.setattr(sys, "meta_path", finders)
+    assert cpu.alias_vllm_cpu() is True
+    found = [f for f in finders if isinstance(f, vllm_cpu._VllmAliasFinder)]
+    assert len(found) == 1
+    context = metadata.DistributionFinder.Context(name="vllm")
+    (alias,) = list(found[0].find_distributions(context))
+    assert alias.metadata["Name"] == "vllm" and alias.version == "0.27.0+cpu"
+    assert list(found[0].find_distributions(metadata.DistributionFinder.Context())) == []
+    assert list(found[0].find_distributions(metadata.DistributionFinder.Context(name="x"))) == []
+    assert (
+        cpu.alias_vllm_cpu() is True
+        and len([f for f in sys.meta_path if isinstance(f, vllm_cpu._VllmAliasFinder)]) == 1
+    )  # installed once

@@ -82,13 +82,33 @@ def row_advantages(
     settings: EstimatorSettings,
     token_sums: np.ndarray | None = None,
     report: dict[str, float] | None = None,
+    rows: np.ndarray | None = None,
+    sink: dict[str, Any] | None = None,
 ) -> np.ndarray:
     """float64 (N,): each batch row's advantage under ``settings``, in batch order.
 
     ``token_sums`` (each row's token rewards summed), when given, are checked against the
     episode scores and give the invalid-action penalty they hold (:func:`token_penalty`).
-    ``report``, when given, receives the batch's metrics (:func:`batch_metrics`).
+    ``report``, when given, receives the batch's metrics (:func:`batch_metrics`). ``rows``
+    (bool (N,)), when given, marks the rows that are steps: the others (verl's padding rows,
+    copies of a step under a uid of their own) get 0 and take no part. ``sink``, when given,
+    receives the step records, their advantages, step groups and settings (``records``,
+    ``result``, ``groups``, ``settings``), for the rollout files.
     """
+    if rows is not None:
+        keep = np.asarray(rows, dtype=bool).reshape(-1)
+        if not keep.all():
+            n = len(keep)
+            subset = {
+                name: np.asarray(column, dtype=object).reshape(-1)[keep]
+                for name, column in dict(non_tensor_batch).items()
+                if len(np.asarray(column, dtype=object).reshape(-1)) == n
+            }
+            sums = None if token_sums is None else np.asarray(token_sums)[keep]
+            out = np.zeros(n, dtype=np.float64)
+            if keep.any():
+                out[keep] = row_advantages(subset, settings, sums, report, None, sink)
+            return out
     records, order = batch_records(non_tensor_batch)
     if token_sums is not None:
         sums = np.asarray(token_sums, dtype=np.float64)[order]
@@ -96,9 +116,12 @@ def row_advantages(
         if penalty != settings.invalid_penalty:
             settings = dataclasses.replace(settings, invalid_penalty=penalty)
     groups = step_groups(records, settings)  # once, for the estimator and the metrics
-    values = critic_free_advantages(records, settings, groups).advantages
+    result = critic_free_advantages(records, settings, groups)
+    values = result.advantages
     if report is not None:
         report.update(batch_metrics(records, groups))
+    if sink is not None:
+        sink.update(records=records, result=result, groups=groups, settings=settings)
     out = np.empty_like(values)
     out[order] = values
     return out
@@ -178,8 +201,10 @@ def make_estimator(name: str) -> Any:
     index, non_tensor_batch, **kwargs) -> (advantages, returns)``, float32 (N, L).
 
     verl's ``compute_advantage`` passes ``non_tensor_batch`` to it once the plugin's patch is
-    in (:mod:`training.verl.plugin`), and ``report``, a dict for the batch's metrics, inside the
-    v1 trainer's advantage step; without the step columns it raises.
+    in (:mod:`training.verl.plugin`), and inside the v1 trainer's advantage step ``report``
+    (a dict for the batch's metrics), ``rows`` (which rows are steps, not verl's padding) and
+    ``sink`` (a dict for the records and advantages: :func:`row_advantages`); without the
+    step columns it raises.
     """
 
     def estimator(
@@ -189,17 +214,19 @@ def make_estimator(name: str) -> Any:
         index: Any = None,
         non_tensor_batch: Any = None,
         report: dict[str, float] | None = None,
+        rows: np.ndarray | None = None,
+        sink: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         if non_tensor_batch is None:
             raise ValueError(
                 f"the {name} estimator needs the batch's step columns (non_tensor_batch), which "
-                "verl passes once the gigpo plugin is loaded (pip install 'gigpo[verl]'; "
+                "verl passes once the gigpo plugin is loaded (pip install -e '.[verl]'; "
                 "VERL_USE_EXTERNAL_PLUGINS must not be 'none')"
             )
         settings = algorithm_settings(_with_estimator(config, name))
         sums = token_level_rewards.to(torch.float64).sum(-1).cpu().numpy()
-        values = row_advantages(non_tensor_batch, settings, sums, report)
+        values = row_advantages(non_tensor_batch, settings, sums, report, rows, sink)
         advantages = on_tokens(values, response_mask)
         return advantages, advantages.clone()
 

@@ -132,7 +132,12 @@ class GiGPOAgentLoop(AgentLoopBase):
                             generate_sequences=generated - started,
                             tool_calls=time.perf_counter() - generated,
                         ),
-                        extra_fields=step_fields(records, len(outputs)),
+                        # the server's fields (the weights' version: global_steps, min_ and
+                        # max_global_steps, which verl's staleness metrics read), then ours
+                        extra_fields={
+                            **dict(output.extra_fields or {}),
+                            **step_fields(records, len(outputs)),
+                        },  # fmt: skip
                     )
                 )
                 if terminated or truncated:

