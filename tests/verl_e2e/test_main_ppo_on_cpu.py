@@ -115,18 +115,19 @@ def test_two_steps_report_the_plugins_metrics_and_validate(gigpo_run):
 def test_every_step_row_has_its_own_advantage(gigpo_run):
     run_dir, _, output = gigpo_run
     steps = step_metrics(output)
+    by_episode: dict[tuple[int, str], set[float]] = {}
     for iteration in (0, 1):
         header, rows = records(run_dir, iteration)
         assert header["source"] == "verl" and header["estimator"] == "gigpo"
         assert len(rows) == steps[iteration + 1]["gigpo/step_rows"]  # verl's padding left out
-        by_episode: dict[str, set[float]] = {}
         for row in rows:
             assert row["advantage"] == pytest.approx(
                 row["episode_advantage"] + row["step_advantage"], abs=1e-6
             )
-            by_episode.setdefault(row["traj_id"], set()).add(round(row["advantage"], 6))
-        # not the episode's advantage broadcast to its steps: some episode's steps differ
-        assert any(len(values) > 1 for values in by_episode.values()), by_episode
+            key = (iteration, row["traj_id"])
+            by_episode.setdefault(key, set()).add(round(row["advantage"], 6))
+    # not the episode's advantage broadcast to its steps: some episode's steps differ
+    assert any(len(values) > 1 for values in by_episode.values()), by_episode
 
 
 def test_the_rollout_follows_the_actors_new_weights(gigpo_run):
