@@ -7,7 +7,7 @@ What runs is verl's: a local Ray cluster started by ``main_ppo``, verl's actor/r
 worker (FSDP2 on gloo), its vLLM rollout server (vLLM's CPU build, weights synced from the
 actor each step by verl's checkpoint engine through shared memory), its TransferQueue, agent
 loop and reward workers, its v1 trainer, checkpointing and validation. The one piece not
-verl's or vLLM's is the CPU platform and its four patches, which are product code
+verl's or vLLM's is the CPU platform and its patches, which are product code
 (:mod:`training.verl.cpu`), not test stand-ins. Everything is checked from what the run
 leaves: verl's console metrics, the step records the plugin writes beside verl's generations
 (``trainer.rollout_data_dir``), verl's checkpoints, Hydra's log folder.

@@ -111,8 +111,9 @@ def patch_rollout_weight_update(module: Any) -> None:
     so verl's ``model.load_weights`` of a later update fails. vLLM's own in-place reload
     (``model_runner.reload_weights``; verl's delta sync uses the same lifecycle) first restores
     each layer's checkpoint layout (``initialize_layerwise_reload``), loads, then repacks layer
-    by layer (``finalize_layerwise_reload``, in place of ``process_weights_after_loading``).
-    LoRA adapter and quantized updates are left to verl's own path."""
+    by layer (``finalize_layerwise_reload``, in place of ``process_weights_after_loading``),
+    then repacks the embeddings (:func:`repack_embeddings`: a tied LM head). LoRA adapter
+    and quantized updates are left to verl's own path."""
     extension = module.vLLMColocateWorkerExtension
     original = extension.update_weights_from_ipc
     if getattr(original, "__gigpo_patched__", False):
@@ -135,6 +136,7 @@ def patch_rollout_weight_update(module: Any) -> None:
 
         def finalize(model: Any, model_config: Any, device: Any) -> None:
             finalize_layerwise_reload(model, model_config)
+            repack_embeddings(model)
 
         loader_utils.process_weights_after_loading = finalize
         try:
@@ -144,3 +146,22 @@ def patch_rollout_weight_update(module: Any) -> None:
 
     update_weights_from_ipc.__gigpo_patched__ = True  # type: ignore[attr-defined]
     extension.update_weights_from_ipc = update_weights_from_ipc
+
+
+def repack_embeddings(model: Any) -> None:
+    """Each embedding and LM head of ``model`` repacked from its current weight.
+
+    On the CPU vLLM computes the logits with a packed copy of the LM head's weight, made when
+    its layer is processed (``UnquantizedEmbeddingMethod.process_weights_after_loading``:
+    ``dispatch_cpu_unquantized_gemm``, which keeps the weight). An LM head tied to the input
+    embedding as a module of its own (Llama's ``ParallelLMHead.tie_weights``; Qwen2 reuses
+    the embedding module) loads no weight in a reload, so the layerwise reload never
+    processes it again, and its logits would come from the weights vLLM started with (verl
+    starts it on dummy weights). Repacking is the same call, on the weight the reload wrote;
+    for a layer processed already it packs the same values again."""
+    from vllm.model_executor.layers.vocab_parallel_embedding import UnquantizedEmbeddingMethod
+
+    for module in model.modules():
+        method = getattr(module, "quant_method", None)
+        if isinstance(method, UnquantizedEmbeddingMethod):
+            method.process_weights_after_loading(module)
