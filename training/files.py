@@ -169,3 +169,57 @@ def read_regular_text(path: str | Path, max_bytes: int | None = None) -> str:
     with open_regular(path) as handle:
         data = handle.read() if max_bytes is None else handle.read(max_bytes)
     return data.decode("utf-8")
+
+
+def check_own_folder(path: str | Path) -> None:
+    """Refuses ``path`` when something is there that is not a real folder: a symlink (to a
+    folder or not), a file, a FIFO. Absent is fine.
+
+    Raises:
+        UnsafeFileError: naming ``path`` and what it is.
+    """
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    if not stat.S_ISDIR(mode):
+        kind = "a file" if stat.S_ISREG(mode) else file_kind(mode)
+        raise UnsafeFileError(
+            f"{path} is {kind}, not a folder: refusing to write into it or remove "
+            "it (remove it yourself, or use another folder)"
+        )
+
+
+def own_folder(base: str | Path, *parts: str) -> Path:
+    """The folder ``base/parts...``, made where absent, never through a link: each part is
+    checked (:func:`check_own_folder`) before it is made or entered, so a symlink planted
+    at any level (``RUN/tensorboard`` -> elsewhere) is refused, not written through.
+    ``base`` itself is the caller's (a folder the user named, or one it holds).
+
+    Raises:
+        UnsafeFileError: a part is a symlink, a file or a FIFO.
+    """
+    folder = Path(base)
+    for part in parts:
+        folder = folder / part
+        check_own_folder(folder)
+        with contextlib.suppress(FileExistsError):
+            folder.mkdir()
+        check_own_folder(folder)  # planted between the check and the mkdir
+    return folder
+
+
+def remove_tree(path: str | Path) -> None:
+    """Removes the folder ``path`` and what it holds (``shutil.rmtree``, which unlinks the
+    links inside without following them); absent is fine. Anything but a real folder in
+    its place (a symlink, a FIFO, which ``rmtree`` would open and wait on, a file) is
+    refused and left as it is.
+
+    Raises:
+        UnsafeFileError: naming ``path`` and what it is.
+    """
+    import shutil
+
+    check_own_folder(path)
+    with contextlib.suppress(FileNotFoundError):
+        shutil.rmtree(path)

@@ -61,7 +61,7 @@ from typing import Any
 
 import numpy as np
 
-from training.files import atomic_write_bytes, open_regular
+from training.files import atomic_write_bytes, open_regular, own_folder
 from training.guarded import MAX_JSONL_BYTES, MAX_LINE_BYTES, GuardError, load_json_line
 from training.records import StepRecords
 from training.stats import step_group_summary
@@ -232,7 +232,8 @@ def write_rollouts(
 ) -> Path:
     """Writes one iteration's records (see the module doc) atomically; returns the path."""
     path = rollout_path(run_dir, iteration)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    Path(run_dir).mkdir(parents=True, exist_ok=True)
+    own_folder(run_dir, ROLLOUTS_DIR)  # a link planted as rollouts/ is refused
     header = {
         "schema": SCHEMA, "version": SCHEMA_VERSION, "iteration": int(iteration),
         "source": source, "records": len(rows), "estimator": estimator, "max_chars": max_chars,

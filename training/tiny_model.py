@@ -13,6 +13,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from training.files import check_own_folder, remove_tree
 from training.guarded import GuardError, read_json_file
 
 CHAT_TEMPLATE = (
@@ -138,8 +139,8 @@ def build_tiny_model(
     directory = Path(directory)
     # Built beside the target and renamed into place: a crash mid-build leaves no half model.
     final, directory = directory, directory.with_name(f".{directory.name}.tmp{os.getpid()}")
-    if directory.exists():
-        shutil.rmtree(directory)
+    check_own_folder(final)  # a link planted there is refused before anything is built
+    remove_tree(directory)
     directory.mkdir(parents=True)
 
     bpe = Tokenizer(models.BPE())
@@ -185,8 +186,7 @@ def build_tiny_model(
     if head_dim != 16:  # recorded only where it differs, so earlier builds still match
         settings["head_dim"] = head_dim
     (directory / BUILT_FILE).write_text(json.dumps(settings, sort_keys=True) + "\n")
-    if final.exists():
-        shutil.rmtree(final)
+    remove_tree(final)  # a link planted there is refused, never followed
     try:
         directory.rename(final)
     except OSError:  # another process renamed its own build in first

@@ -34,6 +34,7 @@ import time
 from pathlib import Path
 
 from training.commands import CommandParser, interrupted, invoked_as
+from training.files import UnsafeFileError
 from training.local.config import ConfigError
 from training.locks import FolderLockError
 from training.study.parts import command_line_parts
@@ -95,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
             jobs = args.jobs or options.get("jobs", 2)
             threads = args.threads or options.get("threads", 1)
             runs, parts = plan_part_runs(parts, out, args.quick, threads)
-        except ConfigError as exc:
+        except (ConfigError, UnsafeFileError) as exc:  # a link planted as out/models, ...
             lock.discard()  # a folder made for a study that cannot run is removed again
             parser.fail(str(exc))
         except KeyboardInterrupt:
@@ -111,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
                 "each."
             )
             write_study(runs, parts, out, header)
-        except ValueError as exc:  # ConfigError, GuardError: a folder or file named
+        except (ValueError, UnsafeFileError) as exc:  # ConfigError, GuardError, a link: named
             print(f"{parser.prog}: error: {exc}", file=sys.stderr)
             return 2
         except RuntimeError as exc:  # a run failed: its folder and log named

@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from training.commands import CommandParser
-from training.files import atomic_write_text
+from training.files import atomic_write_text, check_own_folder, remove_tree
 from training.guarded import ParseError, read_json_file
 from training.local.checkpoint_files import (
     DEVICE_RNGS,
@@ -123,8 +123,7 @@ def write_checkpoint(
     target = out / CHECKPOINT_DIR
     staging = out / (CHECKPOINT_DIR + STAGING_SUFFIX)
     old = out / (CHECKPOINT_DIR + OLD_SUFFIX)
-    if staging.exists():
-        shutil.rmtree(staging)
+    remove_tree(staging)  # a link or FIFO planted there is refused, never followed
     staging.mkdir(parents=True)
     for name in ("model", "critic"):
         if name in states:
@@ -138,13 +137,12 @@ def write_checkpoint(
             torch.save(states[name], staging / f"{name}.pt")
     state = {"format": FORMAT, "iteration": int(iteration), "rng": rng_to_json(rng)}
     atomic_write_text(staging / STATE_FILE, json.dumps(state) + "\n")
+    check_own_folder(target)
     if target.exists():
-        if old.exists():
-            shutil.rmtree(old)
+        remove_tree(old)
         target.rename(old)
     staging.rename(target)
-    if old.exists():
-        shutil.rmtree(old)
+    remove_tree(old)
     return target
 
 
@@ -159,10 +157,13 @@ def find_checkpoint(out: Path) -> Path | None:
 
     Raises:
         UnsafeCheckpointError: the checkpoint is in the old pickled format.
+        UnsafeFileError: ``checkpoint``, ``checkpoint.tmp`` or ``checkpoint.old`` is there
+            and is no real folder (a link, a file, a FIFO): named, and left as it is.
     """
     out = Path(out)
     for suffix in ("", STAGING_SUFFIX, OLD_SUFFIX):
         directory = out / (CHECKPOINT_DIR + suffix)
+        check_own_folder(directory)  # a link there would load (and move) what it points to
         if _complete(directory):
             return directory
     for suffix in ("", OLD_SUFFIX):
@@ -185,6 +186,7 @@ def recover_checkpoint(out: Path) -> Path | None:
         UnsafeCheckpointError: the checkpoint is in the old pickled format.
         CheckpointReadError: ``checkpoint/`` is there without its ``state.json`` (nothing
             is changed then).
+        UnsafeFileError: one of the three names is no real folder (nothing is changed).
     """
     out = Path(out)
     found = find_checkpoint(out)
@@ -199,13 +201,10 @@ def recover_checkpoint(out: Path) -> Path | None:
             "restore it, or move the folder away to start over (or use another --out)"
         )
     if found is not None and found != target:
-        if target.exists():
-            shutil.rmtree(target)  # incomplete: no state.json
+        remove_tree(target)  # incomplete: no state.json
         found.rename(target)
     for suffix in (STAGING_SUFFIX, OLD_SUFFIX):
-        leftover = out / (CHECKPOINT_DIR + suffix)
-        if leftover.exists():
-            shutil.rmtree(leftover)
+        remove_tree(out / (CHECKPOINT_DIR + suffix))
     return target if found is not None else None
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from training.env_tasks import PromptTooLongError
-from training.files import UnsafeFileError
+from training.files import UnsafeFileError, check_own_folder
 from training.guarded import GuardError, read_json_file
 from training.hub import ModelNotFoundError, RemoteCodeError
 from training.local.checkpoint import (
@@ -55,6 +55,22 @@ REFUSALS = (
     UnsafeFileError,
     GuardError,  # a file read back (metrics.jsonl on resume, ...) that cannot be read, named
 )
+
+
+#: The folders a run writes inside its ``run.out``: each must be a real folder or absent.
+RUN_FOLDERS = ("checkpoint", "checkpoint.tmp", "checkpoint.old", "rollouts", "tensorboard", "wandb")
+
+
+def check_run_folders(out: Path) -> None:
+    """Refuses a run folder where one of :data:`RUN_FOLDERS` is a symlink, a file or a
+    FIFO: the run would write (or delete) through it, or wait on it. Runs before anything
+    is read or written; nothing is changed.
+
+    Raises:
+        UnsafeFileError: naming the first such path and what it is.
+    """
+    for name in RUN_FOLDERS:
+        check_own_folder(Path(out) / name)
 
 
 def check_resume(config: TrainConfig) -> int | None:

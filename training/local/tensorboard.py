@@ -52,9 +52,10 @@ class ScalarLog:
             raise RuntimeError("run.report_to names tensorboard, which is not installed")
         from torch.utils.tensorboard import SummaryWriter
 
-        self.writer = SummaryWriter(
-            log_dir=str(Path(out) / TENSORBOARD_DIR), purge_step=completed or None
-        )
+        from training.files import own_folder
+
+        log_dir = own_folder(out, TENSORBOARD_DIR)  # a link planted there is refused
+        self.writer = SummaryWriter(log_dir=str(log_dir), purge_step=completed or None)
 
     @property
     def enabled(self) -> bool:

@@ -40,7 +40,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Protocol
 
-from training.files import atomic_write_text
+from training.files import atomic_write_text, own_folder
 from training.guarded import GuardError, read_json_file
 from training.local.schema import ConfigError, TrainConfig
 from training.local.tensorboard import ScalarLog, scalars
@@ -129,6 +129,8 @@ class WandbTracker:
     def __init__(self, config: TrainConfig, out: Path, run_id: str) -> None:
         import wandb
 
+        if not os.environ.get("WANDB_DIR"):  # wandb writes out/wandb/: never through a link
+            own_folder(out, "wandb")
         self.run = wandb.init(
             project=os.environ.get("WANDB_PROJECT") or PROJECT,
             name=run_name(config, out),

@@ -36,8 +36,9 @@ from training.local.play import config_envs, evaluate_heldout, play, task_split,
 from training.local.policy import check_finite, policy_update
 from training.local.precision import compute, prepare_models, resolve_compute_dtype
 from training.local.prompts import check_first_prompt
-from training.local.resume import check_resume
+from training.local.resume import check_resume, check_run_folders
 from training.local.schema import TrainConfig, resolve_defaults
+from training.local.shapes import model_shape
 from training.local.threads import ThreadGovernor
 from training.local.trackers import open_trackers
 from training.locks import hold_folder
@@ -64,7 +65,8 @@ def train(config: TrainConfig) -> list[dict[str, Any]]:
     Raises:
         ConfigError: the run's memory plan (:mod:`training.local.memory`) does not fit the
             device's free memory (or ``$GIGPO_FREE_MEMORY_GIB``); raised before any weight
-            loads, naming the settings to change.
+            loads, naming the settings to change. A ``model.lora_target_modules`` name that
+            matches no layer of the model is refused before ``run.out`` is made.
         FolderLockError: ``run.out`` is held by another process (FolderBusyError, naming it)
             or holds another kind of output (FolderKindError).
         ResumeConfigError, UnsafeCheckpointError: as
@@ -74,6 +76,9 @@ def train(config: TrainConfig) -> list[dict[str, Any]]:
 
     # a config built in code gets the defaults and checks a loaded one got
     validate(resolve_defaults(config))
+    m = config.model
+    if m.lora_rank and m.lora_target_modules != ["all-linear"]:
+        model_shape(config)  # a target no layer has: refused, as by --dry-run, before --out
     with hold_folder(Path(config.run.out), "train", "gigpo-train"):
         return _train_held(config)
 
@@ -81,6 +86,7 @@ def train(config: TrainConfig) -> list[dict[str, Any]]:
 def _train_held(config: TrainConfig) -> list[dict[str, Any]]:
     """:func:`train`'s run, with ``run.out`` held by this process."""
     out = Path(config.run.out)
+    check_run_folders(out)  # a link planted as RUN/tensorboard, ... is refused here
     _pin_revision(config)
     done = check_resume(config)
     if done is not None and done >= config.run.iterations:  # nothing to train: build nothing
