@@ -125,7 +125,7 @@ def test_the_page_opens_on_the_latest_iteration_and_group_with_signal(tmp_path):
     opened = page.split('<div id="group-view">')[1].split("<template")[0]
     assert opened.startswith('<section class="group" data-group="1">')
     assert re.search(r'<tr class="pick open" data-group="1"', page)
-    assert "<title>my-run: gigpo on gigpo/NumberLine-v0</title>" in page
+    assert "<title>my-run: gigpo on NumberLine-v0</title>" in page
     page, info = build_page(run, iteration=1)  # asked for: shown as asked, no note
     assert info["iteration"] == 1 and "Shown: iteration" not in page
 

@@ -99,8 +99,9 @@ def _run(tmp_path: Path, rows: list[dict[str, Any]] | None = None, **header: Any
 
 def _fails(run: Path, capsys: pytest.CaptureFixture[str], *expected: str) -> str:
     """Runs the command on ``run``; checks that it exits 2 with one error line holding every
-    piece of ``expected`` and writes no page. Returns the message."""
-    page = run / "page.html"
+    piece of ``expected`` and writes no page (beside the run: none is allowed inside it).
+    Returns the message."""
+    page = run.parent / f"{run.name}.html"
     assert main([str(run), "-o", str(page)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("python -m training.cli.view: error: ") and err.count("\n") == 1, err

@@ -1,6 +1,7 @@
 """``gigpo-view`` (``python -m training.cli.view RUN_DIR``): a run's rollouts and curves as one
-static HTML page, written next to the run (or ``-o``) and, with ``--serve``, served on
-127.0.0.1. The page is :mod:`training.viewer` (read :mod:`training.viewer.page` first)."""
+static HTML page, written as ``RUN_DIR/view.html`` (or ``-o``, never inside a run or another
+gigpo command's folder) and, with ``--serve``, served on 127.0.0.1. The page is
+:mod:`training.viewer` (read :mod:`training.viewer.page` first)."""
 
 from __future__ import annotations
 
@@ -37,7 +38,12 @@ def main(argv: list[str] | None = None) -> int:
         description="A run's rollouts and curves as one static HTML page.",
     )
     parser.add_argument("run_dir", help="a training run's --out directory")
-    parser.add_argument("-o", "--output", help=f"the HTML file (default RUN_DIR/{VIEW_FILE})")
+    parser.add_argument(
+        "-o",
+        "--output",
+        help=f"the HTML file (default RUN_DIR/{VIEW_FILE}); never inside a run, study or "
+        "evaluation folder",
+    )
     parser.add_argument("--iteration", type=int, help="iteration to show (default: last saved)")
     parser.add_argument(
         "--max-chars", type=_count, default=1500, help="observation characters shown per step"

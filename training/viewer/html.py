@@ -9,6 +9,7 @@ from __future__ import annotations
 import html
 import urllib.parse
 from collections import defaultdict
+from collections.abc import Sequence
 from typing import Any
 
 from training.viewer.checks import group_key
@@ -88,12 +89,14 @@ def group_html(
     labels: dict[int, str],
     max_chars: int,
     budget: Budget | None = None,
+    penalty: float | None = None,
 ) -> str:
     """One group: trajectories side by side, then its revisited states ranked by A_S; at
     most :data:`MAX_TRAJS_SHOWN` x :data:`MAX_STEPS_SHOWN` steps and
     :data:`MAX_STATES_SHOWN` states, while ``budget`` lasts (what is left out is said).
 
-    ``labels``: :func:`_step_group_labels` of ``records``."""
+    ``labels``: :func:`_step_group_labels` of ``records``; ``penalty``: the run's
+    invalid-action penalty (:func:`penalty_html`)."""
     budget = budget or Budget()
     trajs: dict[Any, list[dict[str, Any]]] = defaultdict(list)
     for r in records:
@@ -120,10 +123,13 @@ def group_html(
     out.append('<div class="grid"><table class="traj"><thead><tr><th>step</th>')
     for traj, steps in shown.items():
         total = sum(r["reward"] or 0.0 for r in steps)
-        a_e = steps[0]["episode_advantage"]
+        invalid = sum(not r["is_action_valid"] for r in steps)
+        a_e, cost = steps[0]["episode_advantage"], penalty_html(invalid, penalty, 2)
+        score = f"{total - invalid * (penalty or 0.0):.2f} (rewards {total:.2f}{cost})"
         out.append(
             f'<th data-traj="{esc(traj)}">trajectory {esc(traj)}<br><small>return '
-            f'{total:.2f} &middot; A_E <b class="{_sign_class(a_e)}">{_fmt(a_e)}</b></small></th>'
+            f"{score if cost else f'{total:.2f}'} &middot; A_E "
+            f'<b class="{_sign_class(a_e)}">{_fmt(a_e)}</b></small></th>'
         )
     out.append("</tr></thead><tbody>")
     rows_shown = 0
@@ -134,7 +140,7 @@ def group_html(
                 cells.append('<td class="empty"></td>')
                 continue
             r = steps[step]
-            cells.append(_step_cell(r, labels, badge(r["step_group_id"]), max_chars))
+            cells.append(_step_cell(r, labels, badge(r["step_group_id"]), max_chars, penalty))
         cells.append("</tr>")
         row = "".join(cells)
         if not budget.take(row):
@@ -160,7 +166,7 @@ def group_html(
             "with the actions taken there ranked by A_S (the step advantage)</small></h4>"
         )
         for gid, rows in list(members.items())[:MAX_STATES_SHOWN]:
-            piece = _state_html(gid, rows, badge(gid), max_chars)
+            piece = _state_html(gid, rows, badge(gid), max_chars, penalty)
             if not budget.take(piece):
                 break
             out.append(piece)
@@ -171,7 +177,9 @@ def group_html(
     return "".join(out)
 
 
-def _state_html(gid: int, rows: list[dict[str, Any]], badge: str, max_chars: int) -> str:
+def _state_html(
+    gid: int, rows: list[dict[str, Any]], badge: str, max_chars: int, penalty: float | None
+) -> str:
     """One revisited state: its text and its first visits, ranked by A_S."""
     rows = sorted(rows, key=lambda r: -(r["step_advantage"] or 0.0))
     text = _bounded(rows[0]["anchor_text"] or rows[0]["observation"], max_chars)
@@ -193,7 +201,8 @@ def _state_html(gid: int, rows: list[dict[str, Any]], badge: str, max_chars: int
             f"{_fmt(r['step_advantage'])}</b></td>"
             f'<td><code class="act">{esc(_bounded(r["action"], max_chars))}</code></td>'
             f"<td>{esc(r['traj_id'])}</td><td>{r['step']}</td>"
-            f"<td>{_fmt(r['reward'], signed=False)}</td>"
+            f"<td>{_fmt(r['reward'], signed=False)}"
+            f"{penalty_html(not r['is_action_valid'], penalty)}</td>"
             f"<td>{_fmt(r['return'], signed=False)}</td></tr>"
         )
     out.append("</tbody></table></div>")
@@ -268,7 +277,22 @@ def _next_state_html(r: dict[str, Any], max_chars: int) -> str:
     return f"<details><summary>next state</summary><pre>{esc(shown)}</pre></details>"
 
 
-def _step_cell(r: dict[str, Any], labels: dict[int, str], badge: str, max_chars: int) -> str:
+def penalty_html(invalid: int, penalty: float | None, digits: int = 3) -> str:
+    """``, invalid-action penalty -0.500`` after a reward where ``invalid`` steps (a step's
+    own: 0 or 1; a trajectory's count) cost the run's invalid-action ``penalty``: the trainer
+    takes it off the step's return and advantages, and the env's reward does not hold it;
+    nothing where no penalty applies or none is known."""
+    if not invalid or not penalty:
+        return ""
+    return (
+        f', <span class="penalty">invalid-action penalty <b class="neg">'
+        f"{-invalid * penalty:.{digits}f}</b></span>"
+    )
+
+
+def _step_cell(
+    r: dict[str, Any], labels: dict[int, str], badge: str, max_chars: int, penalty: float | None
+) -> str:
     """One step of the trajectory grid; its ``data-*`` attributes hold the exact values."""
     observation = _bounded(r["observation"], max_chars)
     valid = r["is_action_valid"]
@@ -283,7 +307,8 @@ def _step_cell(r: dict[str, Any], labels: dict[int, str], badge: str, max_chars:
     return (
         f'<td class="step {"valid" if valid else "invalid"}" {attributes}>{badge}'
         f'<code class="act">{esc(_bounded(r["action"], max_chars))}</code><div class="nums">'
-        f"<span>reward <b>{_fmt(r['reward'], signed=False)}</b></span>"
+        f"<span>reward <b>{_fmt(r['reward'], signed=False)}</b>"
+        f"{penalty_html(not valid, penalty)}</span>"
         f"<span>{'&#10003; valid' if valid else '&#10007; invalid'}</span>"
         f'<span>A_E <b class="{_sign_class(a_e)}">{_fmt(a_e)}</b></span>'
         f'<span>A_S <b class="{_sign_class(a_s)}">{_fmt(a_s)}</b></span>'
@@ -298,20 +323,23 @@ def iteration_html(
     header: dict[str, Any],
     records: list[dict[str, Any]],
     max_chars: int,
-    note: str = "",
+    notes: Sequence[str] = (),
+    penalty: float | None = None,
 ) -> str:
-    """The chosen iteration: a list of its groups, one inert template per group (while the
-    page's budget lasts: :data:`MAX_PAGE_CHARS`), and the group most worth a look already
-    open (:func:`worth_a_look`). ``note`` says why this iteration is the one shown."""
+    """The chosen iteration (its section's anchor ``#iteration-N``): a list of its groups,
+    one inert template per group (while the page's budget lasts: :data:`MAX_PAGE_CHARS`),
+    and the group most worth a look already open (:func:`worth_a_look`). ``notes``: a
+    paragraph each (why this iteration, how to open another, ...); ``penalty``: the run's
+    invalid-action penalty (:func:`penalty_html`)."""
     groups: dict[Any, list[dict[str, Any]]] = defaultdict(list)
     for r in records:
         groups[r["group_id"]].append(r)
     estimator = esc(_bounded(str(header.get("estimator") or "?"), 100))
     out = [
-        f'<section id="iteration" data-iteration="{iteration}"><h2>Iteration {iteration} '
-        f"<small>{len(records)} step records, {len(groups)} groups, estimator {estimator}, "
-        f"from {esc(_bounded(str(header.get('source')), 100))}</small></h2>",
-        f'<p class="hint">{esc(note)}</p>' if note else "",
+        f'<section id="iteration-{iteration}" data-iteration="{iteration}"><h2>Iteration '
+        f"{iteration} <small>{len(records)} step records, {len(groups)} groups, estimator "
+        f"{estimator}, from {esc(_bounded(str(header.get('source')), 100))}</small></h2>",
+        *(f'<p class="hint">{esc(note)}</p>' for note in notes),
         '<p class="hint">Pick a group. Steps that share a coloured label (S1, S2, ...) were '
         "taken from the same state: that is a GiGPO step group, and A_S compares the actions "
         "taken there. Invalid actions are shaded red.</p>",
@@ -327,8 +355,10 @@ def iteration_html(
         labels = _step_group_labels(rows)
         trajs = sorted({r["traj_id"] for r in rows}, key=str)
         returns: dict[Any, float] = defaultdict(float)
-        for r in rows:
-            returns[r["traj_id"]] += r["reward"] or 0.0
+        for r in rows:  # the episode's score: its rewards less the invalid-action penalties
+            returns[r["traj_id"]] += (r["reward"] or 0.0) - (penalty or 0.0) * (
+                not r["is_action_valid"]
+            )
         covered = sum(r["step_group_id"] in labels for r in rows)
         key = esc(group_key(group_id))
         shown_returns = " ".join(f"{returns[t]:.2f}" for t in trajs[:MAX_TRAJS_SHOWN])
@@ -338,7 +368,7 @@ def iteration_html(
             f"<td>{len(trajs)}</td><td>{len(rows)}</td><td>{esc(shown_returns)}</td>"
             f"<td>{len(labels)}</td><td>{100 * covered / len(rows):.0f}%</td></tr>"
         )
-        body = group_html(group_id, rows, labels, max_chars, budget)
+        body = group_html(group_id, rows, labels, max_chars, budget, penalty)
         if group_id == first:
             opened = body
         templates.append(f'<template data-group="{key}">{body}</template>')

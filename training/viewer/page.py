@@ -3,14 +3,17 @@ line is :mod:`training.cli.view`).
 
 The page (``RUN_DIR/view.html`` unless ``-o``) needs no server and no network; open it from
 disk, or add ``--serve`` to serve it (that one file, nothing else of its folder) on 127.0.0.1.
-It shows:
+It is never written inside a run or another gigpo command's folder (the folder whose files
+it would replace: :func:`check_page_place`), but for ``view.html`` in the root of the run it
+shows. It shows:
 
 * the learning curves of ``metrics.jsonl`` (success rate, return, valid-action rate, their
   held-out ``eval_*`` values, step-group coverage) as inline SVG;
 * per saved iteration, the step-group statistics: share of records in step groups of size
   >= 2, the histogram of step-group sizes, and how often A_S and A_E disagree in sign;
-* one iteration (``--iteration``, default the last saved) group by group: the group's
-  trajectories side by side, step by step, each step with its action, reward, validity,
+* one iteration (``--iteration``, default the last saved; the page says how to open
+  another) group by group: the group's trajectories side by side, step by step, each step
+  with its action, reward (and the run's invalid-action penalty where it applies), validity,
   A_E / A_S / A, its observation and the state it led to (collapsed; the latter where the
   file records it), its step group (the same label and colour for the same anchor state
   across trajectories) and, where the file has them, HGPO's group at each level and
@@ -39,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from training.files import atomic_write_text, check_writable_target
+from training.folders import KINDS, owning_folder
 from training.guarded import read_json_file
 from training.local.metrics import METRICS_FILE, read_metrics
 from training.locks import FolderBusyError, FolderLockError, hold_file
@@ -48,6 +52,7 @@ from training.viewer.assets import SCRIPT, STYLE
 from training.viewer.charts import curves_html, stats_html
 from training.viewer.checks import (
     SURROGATE,
+    as_float,
     check_header,
     check_records,
     checked_summary,
@@ -98,19 +103,20 @@ def build_page(
     summaries = {
         it: checked_summary(path, read_guarded(path, read_summary)) for it, path in files.items()
     }
-    config, what = _read_config(run)
-    title = f"{run.resolve().name}: {what}" if what else f"gigpo run {run.resolve().name}"
+    name = run.resolve().name
+    config, estimator, env, penalty = _read_config(run)
+    title = page_title(name, estimator, env)
     body = [
         f"<h1>{esc(title)}</h1>",
-        f'<p class="meta">{esc(config)} &middot; {len(metrics)} iterations in metrics.jsonl '
-        f"&middot; {len(files)} with saved rollouts</p>",
+        f'<p class="meta">run folder {esc(name)} &middot; {esc(config)} &middot; '
+        f"{len(metrics)} iterations in metrics.jsonl &middot; {len(files)} with saved rollouts</p>",
         "<h2>Learning curves</h2>",
         curves_html(metrics, summaries) if metrics or summaries else "<p>no metrics.jsonl</p>",
     ]
     stats = [
         f'<details class="stats" {"open" if len(summaries) <= 30 else ""}><summary>'
         f"<h2>Step groups per saved iteration</h2></summary>",
-        stats_html(summaries) if summaries else "<p>no saved rollouts</p>",
+        "",  # the table, once the iteration shown is known
         "</details>",
     ]
     info: dict[str, Any] = {"iteration": None, "records": 0, "iterations_saved": list(files)}
@@ -126,8 +132,11 @@ def build_page(
         header, records = read_guarded(path, read_rollouts)
         check_header(path, header)
         check_records(path, records)
-        body.append(iteration_html(chosen, header, records, max_chars, note))
+        notes = [note, *_iteration_notes(run, chosen, list(files), records, penalty)]
+        body.append(iteration_html(chosen, header, records, max_chars, [n for n in notes if n],
+                                   penalty))  # fmt: skip
         info.update(iteration=chosen, records=len(records))
+    stats[1] = stats_html(summaries, info["iteration"]) if summaries else "<p>no saved rollouts</p>"
     body.extend(stats)
     page = (
         '<!doctype html><html lang="en"><head><meta charset="utf-8">'
@@ -171,27 +180,87 @@ def _worth_a_look(
     return last, ""
 
 
-def _read_config(run: Path) -> tuple[str, str]:
-    """One line of the run's ``config.json`` (read by the guarded reader; each value shown
-    cut short), or ``"no readable config.json"``; and the page's title: the estimator and
-    the env (``""`` without a config)."""
+def _iteration_notes(
+    run: Path,
+    chosen: int,
+    saved: list[int],
+    records: list[dict[str, Any]],
+    penalty: float | None,
+) -> list[str]:
+    """What the iteration shown needs said: that the page holds its step records alone and
+    how to write another saved iteration's page; what an invalid step costs (the run's
+    invalid-action penalty, which the step's reward does not hold), or that it is unknown."""
+    notes, shown = [], bound_text(str(run), 200)
+    others = [it for it in saved if it != chosen]
+    if others:
+        listed = ", ".join(map(str, others[-12:]))
+        notes.append(
+            f"This page holds the step records of iteration {chosen} alone; saved too: "
+            f"{'..., ' if len(others) > 12 else ''}{listed}. To see one of them, write its page: "
+            f"gigpo-view {shown} --iteration {others[-1]} (written to {shown}/{VIEW_FILE} "
+            "unless -o names another file)."
+        )
+    if any(not r["is_action_valid"] for r in records):
+        if penalty:
+            notes.append(
+                f"An invalid action costs the run's invalid-action penalty, {penalty:g} "
+                "(algo.invalid_penalty): the trainer takes it off the step's return and its "
+                "advantages, and the env's reward does not hold it, so a step shows it beside "
+                "its reward."
+            )
+        elif penalty is None:
+            notes.append(
+                "The run's invalid-action penalty is not known here (no algo.invalid_penalty "
+                "in a readable config.json): an invalid step's return and advantages may hold "
+                "one that its reward does not show."
+            )
+    return notes
+
+
+def _read_config(run: Path) -> tuple[str, str, str, float | None]:
+    """What the page shows of the run's ``config.json`` (read by the guarded reader; each
+    value cut short): one line of it, or ``"no readable config.json"``; the estimator and the
+    env id (``""`` without them); the invalid-action penalty (``algo.invalid_penalty``, a
+    number >= 0 that the trainer takes off an invalid step's return but the env's reward
+    does not hold; None where the file does not say)."""
+    unknown = "no readable config.json", "", "", None
     try:
         config = read_json_file(run / "config.json", "config", nonfinite=True)
         env, algo, model = config["env"], config["algo"], config["model"]
         values = [env["id"], env["num_groups"], env["group_size"], algo["estimator"],
                   model["name_or_path"]]  # fmt: skip
-        if not all(isinstance(v, str | int) and not isinstance(v, bool) for v in values):
-            return "no readable config.json", ""
-        name, groups, size, estimator, path = (bound_text(v, 200) for v in values)
-        rank, revision = model.get("lora_rank"), model.get("revision")
-        if isinstance(revision, str):
-            path += "@" + revision[:12]
-        if isinstance(rank, int) and not isinstance(rank, bool) and rank > 0:
-            path += f", LoRA rank {rank}"
-        line = f"env {name} ({groups} groups x {size}), estimator {estimator}, model {path}"
-        return line, f"{bound_text(estimator, 40)} on {bound_text(name, 60)}"
     except (ValueError, KeyError, TypeError, MemoryError):  # GuardError is a ValueError
-        return "no readable config.json", ""
+        return unknown
+    if not all(isinstance(v, str | int) and not isinstance(v, bool) for v in values):
+        return unknown
+    penalty = as_float(algo.get("invalid_penalty"))
+    name, groups, size, estimator, path = (bound_text(v, 200) for v in values)
+    rank, revision = model.get("lora_rank"), model.get("revision")
+    if isinstance(revision, str):
+        path += "@" + revision[:12]
+    if isinstance(rank, int) and not isinstance(rank, bool) and rank > 0:
+        path += f", LoRA rank {rank}"
+    line = f"env {name} ({groups} groups x {size}), estimator {estimator}, model {path}"
+    if penalty is not None and penalty >= 0:
+        line += f", invalid-action penalty {penalty:g}"
+    else:
+        penalty = None
+    return line, bound_text(estimator, 40), bound_text(name, 60), penalty
+
+
+def page_title(name: str, estimator: str, env: str) -> str:
+    """The page's title, ``RUN: ESTIMATOR on ENV``, no word in it twice: the env without the
+    package's own ``gigpo/`` namespace, and the run folder's name left out where it is the
+    estimator's or the env's (the quick start's ``runs/quickstart/gigpo`` of GiGPO on
+    ``gigpo/NumberLine-v0``: "gigpo on NumberLine-v0"; the folder is named under the
+    title). ``Run NAME`` without a readable config."""
+    if not estimator or not env:
+        return f"Run {name}"
+    env = env.removeprefix("gigpo/")
+    what = f"{estimator} on {env}"
+    if name.casefold() in {estimator.casefold(), env.casefold()}:
+        return what
+    return f"{name}: {what}"
 
 
 def write_page(
@@ -203,12 +272,15 @@ def write_page(
     """Writes the page; returns its path and what it holds (with ``bytes``).
 
     The run folder is only read, never locked: a run still training can be viewed. The page
-    is held by one writer (:func:`training.locks.hold_file`, the lock file ``.view.html.lock``
-    beside it) from reading the run to writing the page, and written atomically (a reader,
-    or ``--serve``, sees the old page or the new one, never a part).
+    is never written inside a run or another command's folder but as the run's own
+    ``view.html`` (:func:`check_page_place`). It is held by one writer
+    (:func:`training.locks.hold_file`, the lock file ``.view.html.lock`` beside it) from
+    reading the run to writing the page, and written atomically (a reader, or ``--serve``,
+    sees the old page or the new one, never a part).
 
     Raises:
-        ViewError: as :func:`build_page`, or the page cannot be written where asked.
+        ViewError: as :func:`build_page`, or the page cannot be written where asked (inside
+            a folder of a run, a study, an evaluation, ...; a FIFO, link or folder there).
         FolderBusyError: another process is writing the same page (its pid and command named).
         training.record_files.RolloutFileError: as :func:`build_page`.
     """
@@ -221,6 +293,7 @@ def write_page(
         raise ViewError(
             f"cannot write the page to {path}: it {str(exc).removeprefix(f'{path} ')}"
         ) from None
+    check_page_place(run_dir, path)  # before any folder is made for it
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         lock = hold_file(path, "gigpo-view")
@@ -238,3 +311,35 @@ def write_page(
             raise ViewError(f"cannot write the page to {path}: {exc.strerror or exc}") from None
         info["bytes"] = path.stat().st_size
     return path, info
+
+
+def check_page_place(run_dir: str | Path, path: str | Path) -> None:
+    """Refuses a page ``path`` inside a folder whose files it could replace: a run, a study,
+    an evaluation or any other command's folder (:func:`training.folders.owning_folder`:
+    its kind file, or an older run's ``config.json`` beside ``metrics.jsonl`` or
+    ``checkpoint/``), or the folder ``run_dir`` the page is made from. Every other command
+    refuses an output there; ``-o RUN/checkpoint/state.json`` would replace the checkpoint
+    with HTML. The one page allowed inside is the default, ``view.html`` in the root of
+    ``run_dir`` (no command but the viewer writes that name). The page's folder is taken
+    with its symlinks resolved, so a linked folder leads to where the page would land.
+
+    Raises:
+        ViewError: one line naming ``path`` and the folder it is inside.
+    """
+    path, run = Path(path), Path(run_dir).resolve()
+    target = path.parent.resolve() / path.name  # the name itself: check_writable_target
+    found = owning_folder(target)
+    if target == run / VIEW_FILE and (found is None or found[0] == run):
+        return
+    if found is not None:
+        folder, kind = found
+        what = f"{KINDS.get(kind, kind)} and rewrites what is in it"
+    elif run == target or run in target.parents:
+        folder, what = run, "the run this page is made from"
+    else:
+        return
+    default = f" (or the default, {run / VIEW_FILE})" if folder == run else ""
+    raise ViewError(
+        f"cannot write the page to {path}: it is inside {folder}, which holds {what}: "
+        f"use an -o outside it{default}"
+    )
