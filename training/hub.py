@@ -6,22 +6,33 @@ which every run and summary records; :func:`config_file` gives a model's ``confi
 alone (what a memory plan reads), without its weights. Offline and not cached is an error
 naming the id and the one command that fetches it. A model whose config asks for its own
 code (``auto_map``) is refused unless the user sets ``trust_remote_code`` (transformers'
-default, kept).
+default, kept). The cache is checked as it is read (:mod:`training.model_files`): a ref must
+name a commit, the snapshot must lie in the repository's own cache folder, and a model
+folder's files must be regular files, its JSON read within bounds and its safetensors
+headers consistent with their files, before transformers opens any of them.
 
 The packaged names (``smollm2``, ``tiny-random``) are the trainer's (:mod:`training.local.model`).
 """
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from training.model_files import (
+    ModelFileError,
+    ModelNotFoundError,
+    check_model_folder,
+    check_snapshot,
+    is_regular_file,
+    read_model_config,
+    ref_commit,
+)
 from training.text import show
 
 __all__ = [
-    "WEIGHT_PATTERNS", "ModelNotFoundError", "RemoteCodeError", "ResolvedModel",
+    "WEIGHT_PATTERNS", "ModelFileError", "ModelNotFoundError", "RemoteCodeError", "ResolvedModel",
     "cached_model", "check_remote_code", "commit_of", "config_file", "fetch_command",
     "hub_cache", "is_hub_id", "is_offline", "resolve_model",
 ]  # fmt: skip
@@ -30,11 +41,6 @@ __all__ = [
 #: config): the other formats a repository may carry (ONNX, GGUF, ``.bin`` beside
 #: safetensors, code) are not downloaded.
 WEIGHT_PATTERNS = ["*.json", "*.safetensors", "*.txt", "*.model", "*.tiktoken", "*.jinja"]
-
-
-class ModelNotFoundError(FileNotFoundError):
-    """A model name that is neither a local model directory nor a hub id that resolves here
-    (the message says why and how to fetch it)."""
 
 
 class RemoteCodeError(ValueError):
@@ -128,11 +134,12 @@ def _local_dir(name: str, key: str) -> Path | None:
 
     Raises:
         ModelNotFoundError: the path exists but holds no ``config.json``, or it is not a
-            path and not a hub id either.
+            path and not a hub id either (a :class:`ModelFileError`: its ``config.json`` is
+            no regular file).
     """
     path = Path(name).expanduser()
     if path.exists():
-        if not (path / "config.json").is_file():
+        if not is_regular_file(path / "config.json"):
             raise ModelNotFoundError(
                 f"{key}={show(name)} is a local path but not a model directory (no "
                 "config.json in it); give a Hugging Face model directory or a hub id"
@@ -147,6 +154,19 @@ def _local_dir(name: str, key: str) -> Path | None:
 
 def _has_weights(folder: Path) -> bool:
     return any(folder.glob("*.safetensors")) or any(folder.glob("pytorch_model*.bin"))
+
+
+def _cached_revision(name: str, revision: str | None, local: bool) -> str | None:
+    """The revision to ask huggingface_hub for: when the files come from the cache alone
+    (``local``), the commit that the cache's ref of ``revision`` names, read and checked here
+    (huggingface_hub would follow a path written there, or wait on a FIFO); else
+    ``revision`` as given, its ref checked all the same (read when the hub is out of reach).
+
+    Raises:
+        ModelFileError: the ref is no regular file or holds no commit (naming it).
+    """
+    commit = ref_commit(hub_cache(), name, revision)
+    return commit if local and commit else revision
 
 
 def resolve_model(
@@ -168,18 +188,23 @@ def resolve_model(
     Raises:
         ModelNotFoundError: no such directory, an id not in the cache while offline (or
             cached without its weights), a repository or revision the hub does not have.
+        ModelFileError: a cache ref that holds no commit, a snapshot outside the
+            repository's cache folder, or a file of the model folder refused
+            (:func:`training.model_files.check_model_folder`).
     """
     local = _local_dir(name, key)
     if local is not None:
+        check_model_folder(local)
         return ResolvedModel(name, local)
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
 
     offline = is_offline()
     patterns = WEIGHT_PATTERNS + (["*.py"] if trust_remote_code else [])
+    asked = _cached_revision(name, revision, offline)
 
     def fetch(allowed: list[str]) -> Path:
-        return Path(snapshot_download(name, revision=revision, cache_dir=hub_cache(),
+        return Path(snapshot_download(name, revision=asked, cache_dir=hub_cache(),
                                       local_files_only=offline, allow_patterns=allowed,
                                       ignore_patterns=["consolidated*"]))  # fmt: skip
 
@@ -194,6 +219,8 @@ def resolve_model(
     except (HfHubHTTPError, OSError) as exc:
         why = _refusal(exc) or f"download failed ({exc})"
         raise _not_found(key, name, revision, why) from None
+    check_snapshot(folder, hub_cache(), name)
+    check_model_folder(folder)
     if not (folder / "config.json").is_file() or not _has_weights(folder):
         raise _not_found(key, name, revision, f"the cached snapshot {folder} has no "
                          "config.json or no weights (only part of it was fetched)")  # fmt: skip
@@ -202,15 +229,24 @@ def resolve_model(
 
 def cached_model(name: str, revision: str | None = None) -> Path | None:
     """The hub cache's snapshot of hub id ``name`` (at ``revision``) when it holds the model's
-    config and tokenizer, without any download; None otherwise."""
+    config and tokenizer, without any download; None otherwise.
+
+    Raises:
+        ModelFileError: as :func:`resolve_model` (a ref, a snapshot or a file refused).
+    """
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
 
+    if not is_hub_id(name):
+        return None
+    asked = _cached_revision(name, revision, True)
     try:
-        folder = Path(snapshot_download(name, revision=revision, cache_dir=hub_cache(),
+        folder = Path(snapshot_download(name, revision=asked, cache_dir=hub_cache(),
                                         local_files_only=True))  # fmt: skip
     except (LocalEntryNotFoundError, HfHubHTTPError, OSError, ValueError):
         return None
+    check_snapshot(folder, hub_cache(), name)
+    check_model_folder(folder)
     found = (folder / "config.json").is_file() and (folder / "tokenizer_config.json").is_file()
     return folder if found else None
 
@@ -225,6 +261,8 @@ def config_file(
     Raises:
         ModelNotFoundError: a path that is no model directory, a name that is neither a
             path nor a hub id, or a repository or revision the hub says it does not have.
+        ModelFileError: a cache ref that holds no commit, or a snapshot outside the
+            repository's cache folder.
     """
     local = _local_dir(name, key)
     if local is not None:
@@ -238,14 +276,12 @@ def config_file(
         RevisionNotFoundError,
     )
 
+    offline = is_offline()
+    asked = _cached_revision(name, revision, offline)
     try:
-        return Path(
+        found = Path(
             hf_hub_download(
-                name,
-                "config.json",
-                revision=revision,
-                cache_dir=hub_cache(),
-                local_files_only=is_offline(),
+                name, "config.json", revision=asked, cache_dir=hub_cache(), local_files_only=offline
             )
         )
     except GatedRepoError:
@@ -254,6 +290,8 @@ def config_file(
         raise _not_found(key, name, revision, _refusal(exc)) from None
     except (LocalEntryNotFoundError, HfHubHTTPError, OSError):
         return None
+    check_snapshot(found.parent, hub_cache(), name)
+    return found
 
 
 def commit_of(
@@ -281,14 +319,13 @@ def check_remote_code(config_path: Path, trusted: bool, *, key: str) -> None:
 
     Raises:
         RemoteCodeError: naming ``key`` (the setting that allows it).
+        ModelFileError: the config is no regular file, not a JSON object, over
+            :data:`~training.model_files.MAX_CONFIG_BYTES` or nested too deeply.
     """
+    data = read_model_config(config_path)  # read trusted or not: a FIFO is refused here
     if trusted:
         return
-    try:
-        data = json.loads(config_path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return  # loading the model reports an unreadable config itself
-    if isinstance(data, dict) and data.get("auto_map"):
+    if data.get("auto_map"):
         raise RemoteCodeError(
             f"the model in {config_path.parent} runs its own Python code (config.json's "
             f"auto_map: {show(data['auto_map'])}); set {key}: true only if you trust that "

@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 from training.commands import CommandParser, interrupted, invoked_as
+from training.hub import ModelNotFoundError
 from training.local.config import ConfigError, TrainConfig, load_config
 from training.local.resume import REFUSALS, interrupt_note
 from training.locks import FolderLockError
@@ -38,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
             return dry_run(config)
         from training.local.policy import TrainingDivergedError
         from training.local.train import train
-    except ConfigError as exc:
+    except (ConfigError, ModelNotFoundError) as exc:  # a model file refused (the dry run's)
         parser.fail(str(exc))
     except KeyboardInterrupt:
         return interrupted(parser.prog, "before training started; nothing was written")
@@ -76,6 +77,8 @@ def dry_run(config: TrainConfig) -> int:
     Raises:
         ConfigError: it does not fit (the message names the settings to change; the command
             exits 2 with it), or the model's config cannot be had here.
+        training.model_files.ModelFileError: a file of the model's folder is refused (a
+            cache ref, a FIFO, a config too deep, a weights header that lies; named).
     """
     import json
     import tempfile

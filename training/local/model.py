@@ -4,12 +4,15 @@ model directory, or a packaged model), the frozen reference, the optimizers, PPO
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from training.hub import ResolvedModel, check_remote_code, resolve_model
 from training.local.schema import DTYPES, ModelConfig, TrainConfig
+from training.model_files import ModelFileError, check_model_folder
 
 
 def require_train_extra() -> None:
@@ -28,10 +31,12 @@ def model_source(config: ModelConfig, out: Path) -> ResolvedModel:
     """Where the run's model loads from, and the hub commit when it is a hub id: the tiny
     model (built into ``out/tiny-model`` when needed), the packaged SmolLM2 (converted on
     first use), a local directory, or a hub id through the hub cache
-    (:func:`training.hub.resolve_model`, at ``model.revision``).
+    (:func:`training.hub.resolve_model`, at ``model.revision``). Every file of the folder
+    transformers may read is checked first (:func:`training.model_files.check_model_folder`).
 
     Raises:
-        training.hub.ModelNotFoundError: as :func:`training.hub.resolve_model`.
+        training.hub.ModelNotFoundError: as :func:`training.hub.resolve_model`; its
+            :class:`~training.model_files.ModelFileError` names a file of the model refused.
         training.hub.RemoteCodeError: the model runs its own code and
             ``model.trust_remote_code`` is off.
     """
@@ -49,10 +54,12 @@ def model_source(config: ModelConfig, out: Path) -> ResolvedModel:
         # settings; a build is deterministic (seed 0), so a rebuilt model is the same model.
         if tiny_model_settings(directory) != {**settings, "seed": 0}:
             build_tiny_model(directory, **settings)
+        check_model_folder(directory)  # a run folder is not trusted: its config may be a FIFO
         return ResolvedModel(config.name_or_path, directory)
     if config.name_or_path == "smollm2":
         from training.smollm2 import smollm2_path
 
+        check_model_folder(smollm2_path())
         return ResolvedModel(config.name_or_path, smollm2_path())
     source = resolve_model(config.name_or_path, config.revision,
                            trust_remote_code=config.trust_remote_code)  # fmt: skip
@@ -75,21 +82,40 @@ def load_model(
     trust_remote_code: bool = False,
 ) -> Any:
     """A causal LM from a local directory on ``device``, in eval mode; frozen when not
-    ``trainable``."""
+    ``trainable``.
+
+    Raises:
+        ModelFileError: a weights file the safetensors library refuses (the folder named).
+    """
     import torch
     from transformers import AutoModelForCausalLM
 
     if dtype not in DTYPES:
         raise ValueError(f"model.dtype must be one of {DTYPES}, got {dtype!r}")
-    model = AutoModelForCausalLM.from_pretrained(
-        str(path), dtype=getattr(torch, dtype), local_files_only=True,
-        trust_remote_code=trust_remote_code,
-    )  # fmt: skip
+    with unreadable_weights(path):
+        model = AutoModelForCausalLM.from_pretrained(
+            str(path), dtype=getattr(torch, dtype), local_files_only=True,
+            trust_remote_code=trust_remote_code,
+        )  # fmt: skip
     model.to(device)
     model.eval()
     if not trainable:
         model.requires_grad_(False)
     return model
+
+
+@contextlib.contextmanager
+def unreadable_weights(path: Path) -> Iterator[None]:
+    """Turns the safetensors library's error while a model in ``path`` loads (a weights
+    file changed after :func:`training.model_files.check_model_folder` read its header, or
+    one the check let through) into a :class:`ModelFileError` naming the folder: the
+    commands report it in one line, exit 2, not as a traceback."""
+    from safetensors import SafetensorError
+
+    try:
+        yield
+    except SafetensorError as exc:
+        raise ModelFileError(f"cannot load the weights in {path}: {exc}") from None
 
 
 def limit_trainable_layers(model: Any, layers: int) -> None:
@@ -163,12 +189,17 @@ def load_critic(
         dtype: the body's torch dtype name; the head is float32.
         trainable_layers: as ``model.trainable_layers`` (0: every weight trains; the head
             always does).
+
+    Raises:
+        ModelFileError: as :func:`load_model`.
     """
     import torch
     from transformers import AutoModel
 
-    body = AutoModel.from_pretrained(str(path), dtype=getattr(torch, dtype), local_files_only=True,
-                                     trust_remote_code=trust_remote_code)  # fmt: skip
+    with unreadable_weights(path):
+        body = AutoModel.from_pretrained(str(path), dtype=getattr(torch, dtype),
+                                         local_files_only=True,
+                                         trust_remote_code=trust_remote_code)  # fmt: skip
     critic = _value_model_class()(body)
     critic.to(device)
     limit_trainable_layers(critic, trainable_layers)
