@@ -131,7 +131,9 @@ def test_a_run_directory_gives_the_trainers_own_held_out_numbers(
 
     # the summary names the checkpoint evaluated, not only the base model under it
     assert summary["checkpoint"] == str((run / "checkpoint").resolve())
-    assert summary["checkpoint_iterations"] == 1 and summary["lora_merged"] is False
+    # the last iteration the checkpoint trained, numbered from 0 as metrics.jsonl numbers it
+    assert summary["checkpoint_iteration"] == rows[-1]["iteration"] == 0
+    assert "checkpoint_iterations" not in summary and summary["lora_merged"] is False
     assert summary["model_dir"] == str(tiny_model_dir)
     config = load_config(run / "config.json")
     loaded = load_policy(str(run), config, tmp_path / "o")

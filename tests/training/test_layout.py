@@ -48,6 +48,20 @@ def test_no_training_module_is_over_the_line_bound():
     assert not long, f"over {MAX_LINES} lines: {long}"
 
 
+#: A command line only reads its arguments and calls into the package that does the work
+#: (docs/design.md): its module stays short.
+MAX_CLI_LINES = 200
+
+
+def test_no_command_line_module_is_over_its_bound():
+    long = {
+        str(p.relative_to(REPO)): n
+        for p in sorted((REPO / "training" / "cli").glob("*.py"))
+        if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_CLI_LINES
+    }
+    assert not long, f"over {MAX_CLI_LINES} lines: {long}"
+
+
 #: Which top-level package may import which (docs/design.md, "Direction of dependencies").
 TOP_ALLOWED = {
     "gigpo_algo": set(),

@@ -11,7 +11,9 @@ import numpy as np
 import pytest
 import torch
 
+from training.local.__main__ import main as train_main
 from training.local.config import ConfigError, load_config
+from training.local.metrics import read_metrics
 from training.local.train import train
 
 #: bfloat16 compute on every CPU (autocast), as on a GPU: the base is held in bfloat16.
@@ -98,7 +100,8 @@ def test_the_merged_model_gives_the_adapter_models_logits(lora_run, tmp_path):
     plain = AutoModelForCausalLM.from_pretrained(trained.source.path, dtype=torch.float32)
     assert names == {n for n, _ in plain.named_parameters()}  # the base model's names only
     record = json.loads((target / "gigpo_export.json").read_text())
-    assert record["lora_merged"] and record["iteration"] == 2
+    # the last iteration trained, numbered from 0 as in metrics.jsonl (2 iterations: 0, 1)
+    assert record["lora_merged"] and record["checkpoint_iteration"] == 1
     assert main([str(out), str(target)]) == 2  # never over an existing folder
     assert main([str(tmp_path / "nothing"), str(tmp_path / "x")]) == 2
 
@@ -172,6 +175,7 @@ def test_evaluation_and_the_viewer_open_a_lora_run(lora_run, tmp_path):
     assert evaluate(["--model", str(out), "--out", str(tmp_path / "eval"), "--episodes", "2"]) == 0
     summary = json.loads((tmp_path / "eval" / "summary.json").read_text())
     assert summary["episodes"] == 2
+    assert summary["checkpoint_iteration"] == read_metrics(out)[-1]["iteration"] == 1
     assert view([str(out), "-o", str(tmp_path / "page.html")]) == 0
     assert "LoRA rank 4" in (tmp_path / "page.html").read_text()
 
@@ -179,6 +183,8 @@ def test_evaluation_and_the_viewer_open_a_lora_run(lora_run, tmp_path):
 def test_lora_settings_are_checked_at_load(tiny_model_dir, tmp_path):
     for bad, key in (("--model.lora_rank=-1", "model.lora_rank"),
                      ("--model.lora_alpha=0", "model.lora_alpha"),
+                     ("--model.lora_alpha=1e308", r"model.lora_alpha must be in \(0, 8192\]"),
+                     ("--model.lora_alpha=8193", "model.lora_alpha"),
                      ("--model.lora_dropout=1", "model.lora_dropout"),
                      ("--model.lora_target_modules=[all-linear, q_proj]", "stands alone"),
                      ("--model.lora_target_modules=[]", "model.lora_target_modules"),
@@ -188,6 +194,52 @@ def test_lora_settings_are_checked_at_load(tiny_model_dir, tmp_path):
             _config(tiny_model_dir, tmp_path / "r", bad)
     one = _config(tiny_model_dir, tmp_path / "r", "--model.lora_target_modules=q_proj")
     assert one.model.lora_target_modules == ["q_proj"]
+
+
+def test_settings_a_lora_run_cannot_use_are_refused_before_any_file_is_written(
+    tmp_path, capsys, monkeypatch
+):
+    """gigpo-train, its dry run and the run: a target module the model lacks names the key
+    and the model's linear layers (it used to plan 0 trainable weights, then fail after
+    writing config.json); an alpha that overflows the first generation names its key."""
+    monkeypatch.setenv("GIGPO_FREE_MEMORY_GIB", "64")
+    out = tmp_path / "run"
+    base = ["--config", "smoke", f"--out={out}", "--model.tiny_warmup_steps=0",
+            "--model.lora_rank=4", "--run.progress=false"]  # fmt: skip
+    for bad, words in (
+        ("--model.lora_target_modules=[nonexistent]",
+         ["model.lora_target_modules", "nonexistent", "q_proj", "down_proj"]),
+        ("--model.lora_target_modules=[q_proj, v_prj]", ["model.lora_target_modules", "v_prj"]),
+        ("--model.lora_alpha=1e308", ["model.lora_alpha must be in (0, 8192]"]),
+    ):  # fmt: skip
+        for dry in (["--dry-run"], []):
+            with pytest.raises(SystemExit) as exit_info:
+                train_main([*base, bad, *dry])
+            err = capsys.readouterr().err  # the dry run's tiny model built, then the refusal
+            errors = [line for line in err.splitlines() if "error:" in line]
+            assert exit_info.value.code == 2 and "Traceback" not in err, err
+            assert len(errors) == 1 and all(w in errors[0] for w in words), err
+            assert not out.exists()  # nothing written: no folder, no config.json
+    assert train_main([*base, "--model.lora_target_modules=[q_proj, v_proj]", "--dry-run"]) == 0
+
+
+def test_the_documented_lora_line_passes_its_dry_run(capsys, monkeypatch):
+    """docs/training.md's LoRA line (the quick start with rank-16 adapters), run from the
+    repository's root as written there, is a run that starts: its dry run plans it."""
+    import shlex
+
+    from doc_blocks import REPO, code_blocks
+
+    blocks = code_blocks("docs/training.md", None, "bash")
+    lines = [line for b in blocks for line in b.replace("\\\n", " ").splitlines()]
+    (line,) = [line for line in lines if "--model.lora_rank" in line]
+    argv = shlex.split(line, comments=True)
+    assert argv[:3] == ["python", "-m", "training.local"], argv
+    monkeypatch.chdir(REPO)
+    monkeypatch.setenv("GIGPO_FREE_MEMORY_GIB", "64")
+    assert train_main([*argv[3:], "--dry-run"]) == 0
+    printed = capsys.readouterr().out
+    assert "LoRA rank 16" in printed and "fits" in printed
 
 
 def test_targets_that_match_nothing_name_the_key(tiny_model_dir, tmp_path):

@@ -199,6 +199,18 @@ def test_compare_puts_runs_side_by_side_and_refuses_other_suites(tiny_model_dir,
     assert f"--compare {other}" in err and "is not what" in err
 
 
+def test_a_suite_run_without_out_gets_one_folder_per_model_and_decoding():
+    from training.evaluation.suite import default_suite_out
+
+    assert default_suite_out("alfworld-gen-v1", "runs/my run", "react", None, 1) == Path(
+        "runs/suites/alfworld-gen-v1/my_run-react-greedy"
+    )
+    assert default_suite_out("x/webshop.yaml", "org/model", "template", None, 4).name == (
+        "model-template-t1-g4"  # a group samples at temperature 1 unless told
+    )
+    assert default_suite_out("s", "m", "template", 0.7, 1).name == "m-template-t0.7"
+
+
 def test_sign_test_and_paired_difference_by_hand():
     from training.evaluation.table import paired_line, sign_test
 

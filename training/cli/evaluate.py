@@ -153,11 +153,12 @@ def _flag(dest: str) -> str:
 
 def _suite(args: argparse.Namespace, overrides: list[str], parser: CommandParser) -> int:
     """``--suite``: the pinned suite played and tabled (:mod:`training.evaluation.suite`)."""
-    from training.evaluation.suite import SuiteRequest, evaluate_suite
+    from training.evaluation.suite import SuiteRequest, default_suite_out, evaluate_suite
 
+    out = Path(args.out) if args.out is not None else default_suite_out(
+        args.suite, args.model, args.prompt, args.temperature, args.group_size)  # fmt: skip
     request = SuiteRequest(
-        suite=args.suite, model=args.model, config=args.config, overrides=overrides,
-        out=Path(args.out) if args.out is not None else _suite_out(args),
+        suite=args.suite, model=args.model, config=args.config, overrides=overrides, out=out,
         episodes=args.episodes, temperature=args.temperature, top_p=args.top_p,
         prompt=args.prompt, max_new_tokens=args.max_new_tokens, batch_size=args.batch_size,
         group_size=args.group_size, max_episodes=args.max_episodes, data_dir=args.data_dir,
@@ -187,18 +188,6 @@ def _suite_tools(args: argparse.Namespace, parser: CommandParser) -> int:
     except SuiteError as exc:
         parser.fail(str(exc))
     return 0
-
-
-def _suite_out(args: argparse.Namespace) -> Path:
-    """``runs/suites/<suite>/<model>-<prompt>-<decoding>``: one folder per run's settings."""
-    import re
-
-    model = re.sub(r"[^A-Za-z0-9_.-]+", "_", Path(args.model).name or args.model)
-    temperature = args.temperature if args.temperature is not None else (
-        1.0 if args.group_size > 1 else None)  # fmt: skip
-    decoding = f"t{temperature:g}" if temperature else "greedy"
-    group = f"-g{args.group_size}" if args.group_size > 1 else ""
-    return Path("runs/suites") / Path(args.suite).stem / f"{model}-{args.prompt}-{decoding}{group}"
 
 
 if __name__ == "__main__":

@@ -183,20 +183,21 @@ def load_policy(model: str, config: TrainConfig, out: Path) -> TrainedModel:
 
 
 def evaluated(trained: TrainedModel) -> dict[str, Any]:
-    """What a summary says was evaluated: the checkpoint (its folder, the iteration it was
-    saved after, whether LoRA adapters were merged) and the base model under it (its folder
-    and hub commit); ``checkpoint`` is None for a model evaluated as it is."""
-    from training.local.checkpoint import read_state
+    """What a summary says was evaluated: the checkpoint (its folder, the last iteration it
+    trained, numbered from 0 as in ``metrics.jsonl``, whether LoRA adapters were merged) and
+    the base model under it (its folder and hub commit); ``checkpoint`` is None for a model
+    evaluated as it is."""
+    from training.local.trained import checkpoint_iteration
 
     iteration = None
     if trained.checkpoint is not None:
         try:
-            iteration = int(read_state(trained.checkpoint)["iteration"])
-        except (OSError, ValueError, KeyError):
+            iteration = checkpoint_iteration(trained.checkpoint)
+        except (OSError, ValueError):
             iteration = None  # its weights loaded; only state.json's counter is unreadable
     return {
         "checkpoint": None if trained.checkpoint is None else str(trained.checkpoint.resolve()),
-        "checkpoint_iterations": iteration,
+        "checkpoint_iteration": iteration,
         "lora_merged": trained.lora,
         "model_dir": str(trained.source.path),
         "model_revision": trained.source.revision,
@@ -279,7 +280,8 @@ def evaluate_heldout(
 def eval_config(model: str, config: str | None, overrides: list[str]) -> TrainConfig:
     """The config to evaluate under: ``config`` (a YAML path or shipped name; None: the
     run's own ``config.json`` when ``model`` is a run directory of ours, else the trainer's
-    defaults) with ``overrides`` (``--section.key=value``).
+    defaults) with ``overrides`` (``--section.key=value``). A run's ``config.json`` is data:
+    its ``model.trust_remote_code`` is not read (only an override turns it on).
 
     Raises:
         ConfigError: as :func:`training.local.config.load_config`.
@@ -287,5 +289,5 @@ def eval_config(model: str, config: str | None, overrides: list[str]) -> TrainCo
     from training.local.trained import find_run_dir
 
     if config is None and (run := find_run_dir(model)) is not None:
-        config = str(run / "config.json")
+        return load_config(run / "config.json", overrides, run_file=True)
     return load_config(config, overrides)

@@ -80,6 +80,22 @@ class SuiteRequest:
     data_manifest: str | None = None
 
 
+def default_suite_out(
+    suite: str, model: str, prompt: str, temperature: float | None, group_size: int
+) -> Path:
+    """A suite run's folder when ``--out`` is not given, one per run's settings:
+    ``runs/suites/SUITE/MODEL-PROMPT-DECODING[-gN]`` (``greedy`` or ``t0.7``; a group of
+    several rollouts samples at temperature 1 unless told)."""
+    import re
+
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "_", Path(model).name or model)
+    if temperature is None and group_size > 1:
+        temperature = 1.0
+    decoding = f"t{temperature:g}" if temperature else "greedy"
+    group = f"-g{group_size}" if group_size > 1 else ""
+    return Path("runs/suites") / Path(suite).stem / f"{name}-{prompt}-{decoding}{group}"
+
+
 def suite_config(args: SuiteRequest) -> tuple[Any, Any, dict[str, Any], Any]:
     """``(suite, config, run settings, data)`` for a request: the request is checked
     against the suite first, then the data is prepared (generated once if the suite has a

@@ -121,6 +121,7 @@ def load_config(
     *,
     check_device: bool = True,
     check_files: bool = True,
+    run_file: bool = False,
 ) -> TrainConfig:
     """Builds a :class:`TrainConfig` from an optional YAML file and CLI-style overrides.
 
@@ -132,6 +133,9 @@ def load_config(
             planning for another machine).
         check_files: check what needs the model's weights and the env's package and data
             (False: a dry run; see :func:`~training.local.checks.validate`).
+        run_file: ``path`` is a run folder's ``config.json``, which is data, not the user's
+            config (docs/security.md): its ``model.trust_remote_code`` is not read (off
+            unless an override turns it on).
 
     Raises:
         ConfigError: unknown key, wrong type, unreadable YAML, or an invalid value.
@@ -158,6 +162,8 @@ def load_config(
             )
         data = loaded
     config = _build(TrainConfig, renamed(data, where=f"config file {path}"), "")
+    if run_file:  # only the user's command line or config may run a model's own code
+        config.model.trust_remote_code = False
     for key, value, text in _parse_overrides(overrides or []):
         _set_dotted(config, new_name(key, f"override --{key}"), renamed_value(key, value), text)
     moved = ppo_gamma_renamed(dataclasses.asdict(config.algo), "config")

@@ -15,6 +15,9 @@ from training.text import show
 PACKAGED_MODELS = ("tiny-random", "smollm2")
 #: LoRA ranks above this are refused (a rank is a few to a few hundred).
 MAX_LORA_RANK = 4096
+#: LoRA alphas above this are refused: twice the largest rank (alpha = 2 x rank is the usual
+#: choice); a huge alpha scales the adapters' update to infinity in the first generation.
+MAX_LORA_ALPHA = 8192.0
 
 
 def check_model(config: TrainConfig, *, files: bool = True) -> None:
@@ -72,8 +75,10 @@ def _check_lora(config: TrainConfig) -> None:
         raise ConfigError(
             f"model.lora_rank must be in [0, {MAX_LORA_RANK}] (0: no LoRA), got {m.lora_rank}"
         )
-    if not (math.isfinite(m.lora_alpha) and m.lora_alpha > 0):
-        raise ConfigError(f"model.lora_alpha must be a finite number > 0, got {m.lora_alpha}")
+    if not (math.isfinite(m.lora_alpha) and 0 < m.lora_alpha <= MAX_LORA_ALPHA):
+        raise ConfigError(
+            f"model.lora_alpha must be in (0, {MAX_LORA_ALPHA:g}], got {show(m.lora_alpha)}"
+        )
     if not 0.0 <= m.lora_dropout < 1.0:
         raise ConfigError(f"model.lora_dropout must be in [0, 1), got {m.lora_dropout}")
     targets = m.lora_target_modules

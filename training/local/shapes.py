@@ -79,11 +79,14 @@ def plan_config(config: TrainConfig) -> tuple[Any, str]:
     else :func:`known_config`.
 
     Raises:
-        ConfigError: none of these has it (naming the command that fetches the config).
+        ConfigError: none of these has it (naming the command that fetches the config), or
+            the config found is refused (:func:`training.model_files.read_model_config`: no
+            regular file, too large, nested too deeply; the file named).
     """
     from transformers import AutoConfig
 
     from training.hub import ModelNotFoundError, config_file, fetch_command
+    from training.model_files import read_model_config
 
     m = config.model
     if m.name_or_path == "tiny-random":
@@ -101,6 +104,10 @@ def plan_config(config: TrainConfig) -> tuple[Any, str]:
         except ModelNotFoundError as exc:
             raise ConfigError(str(exc)) from None
     if found is not None:
+        try:  # the guarded reader first: transformers' would recurse, or read it whole
+            read_model_config(found)
+        except ModelNotFoundError as exc:
+            raise ConfigError(str(exc)) from None
         try:
             hf = AutoConfig.from_pretrained(str(found.parent), local_files_only=True,
                                             trust_remote_code=m.trust_remote_code)  # fmt: skip
@@ -148,19 +155,27 @@ def model_shape(config: TrainConfig, hf: Any = None) -> ModelShape:
     memory, to count them.
 
     Args:
-        hf: a transformers config, a model directory (its ``config.json`` is read), or None
-            (:func:`plan_config`'s).
+        hf: a transformers config, a model directory (its ``config.json`` is read, by the
+            guarded reader first), or None (:func:`plan_config`'s).
+
+    Raises:
+        ConfigError: a ``model.lora_target_modules`` name matches no linear layer of the
+            model (:func:`~training.local.lora.check_target_modules`), or as
+            :func:`plan_config`.
+        training.model_files.ModelFileError: a directory whose ``config.json`` is refused.
     """
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from training.local.lora import adapter_parameters
+    from training.local.lora import adapter_parameters, check_target_modules
     from training.local.model import limit_trainable_layers
+    from training.model_files import read_model_config
 
     m = config.model
     if hf is None:
         hf = plan_config(config)[0]
     elif isinstance(hf, str | Path):
+        read_model_config(Path(hf) / "config.json")
         hf = AutoConfig.from_pretrained(str(hf), local_files_only=True,
                                         trust_remote_code=m.trust_remote_code)  # fmt: skip
     text = hf.get_text_config(decoder=True) if hasattr(hf, "get_text_config") else hf
@@ -170,6 +185,7 @@ def model_shape(config: TrainConfig, hf: Any = None) -> ModelShape:
     limit_trainable_layers(model, m.trainable_layers)
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     if m.lora_rank:
+        check_target_modules(model, m)
         trainable = adapter_parameters(model, m)
     head = model.get_output_embeddings()
     tied = head is not None and head.weight is model.get_input_embeddings().weight
