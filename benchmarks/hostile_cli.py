@@ -19,7 +19,7 @@ smoke training run, a one-task suite run, a bm25s index, hostile YAML and rollou
 made once per invocation with the ``--root`` checkout's own code (about a minute). Children
 run with ``GIGPO_FREE_MEMORY_GIB=16`` (unless a probe sets it), ``HF_HUB_OFFLINE=1`` and
 ``OMP_NUM_THREADS=1`` (unless set), one at a time: about 17 minutes on 2 CPU cores where
-15 probes hang (most of it their timeouts), 5 minutes where none does.
+15 probes hang (most of it their timeouts), 6 minutes where none does.
 
 Prints one JSON line per probe, then one per command (probes and counts per outcome) and the
 totals; ``--markdown FILE`` writes both tables (the non-clean probes with their last stderr
@@ -102,7 +102,8 @@ def execute(probe: Probe, ctx: Ctx, env: dict[str, str], timeout: float, logs: P
     with open(out_path, "wb") as out, open(err_path, "wb") as err:
         try:
             proc = subprocess.Popen(
-                command, cwd=ctx.d, env={**env, **probe.env}, stdout=out, stderr=err,
+                command, cwd=ctx.d, env={**env, **{k: ctx.fill(v) for k, v in probe.env.items()}},
+                stdout=out, stderr=err,
                 stdin=subprocess.PIPE if probe.stdin_open else subprocess.DEVNULL,
                 start_new_session=True,
             )  # fmt: skip
@@ -200,6 +201,8 @@ def prepare(fx: Path, root: Path, env: dict[str, str]) -> None:
     samples = root / "data" / "samples" / "searchqa"
     steps = [
         ("run", ["training.local", "--config", "smoke", "--out", str(fx / "run")]),
+        ("lora", ["training.local", "--config", "smoke", "--model.lora_rank=4",
+                  "--model.trainable_layers=0", "--run.iterations=1", "--out", str(fx / "lora")]),
         ("suite", ["training.cli.evaluate", "--suite", "searchqa-sample", "--model",
                    str(fx / "run"), "--max-episodes", "1", "--out", str(fx / "suite")]),
         ("index", ["retrieval_server", "index", "--corpus", str(samples / "wiki_sample_1000.jsonl"),

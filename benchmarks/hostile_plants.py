@@ -4,8 +4,9 @@ made once per invocation of ``benchmarks/hostile_cli.py``.
 
 Placeholders in arguments and paths: ``{d}`` the probe's own folder (its working directory),
 ``{fx}`` the fixtures, ``{root}`` the checkout, and ``{run}``, ``{suite}``, ``{index}``,
-``{bomb}``: a fresh copy of the smoke training run, the one-task suite run, the bm25s index and
-the run whose iteration 0 is a page bomb, made in ``{d}`` when first named."""
+``{bomb}``, ``{lora}``: a fresh copy of the smoke training run, the one-task suite run, the bm25s
+index, the run whose iteration 0 is a page bomb and a LoRA smoke run, made in ``{d}`` when
+first named."""
 
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ DIGITS = "9" * 5000
 ORIGINAL = "ORIGINAL\n"
 PAGE_LIMIT = 16 << 20
 #: Fixtures copied into a probe's folder when its arguments or plants name them.
-COPIES = ("run", "suite", "index", "bomb")
+COPIES = ("run", "suite", "index", "bomb", "lora")
 Check = Callable[["Ctx", "int | None"], "tuple[str, str] | None"]
 
 

@@ -6,6 +6,7 @@ evaluation or a tiny-model run of seconds)."""
 
 from __future__ import annotations
 
+from hostile_planted import probes as planted
 from hostile_plants import (
     BIG,
     DIGITS,
@@ -399,4 +400,4 @@ def checkpoint() -> list[Probe]:
 
 def probes() -> list[Probe]:
     return [*train(), *quickstart(), *view(), *evaluate(), *export(), *openrlhf(), *verl(),
-            *study(), *retrieval(), *envs(), *checkpoint()]  # fmt: skip
+            *study(), *retrieval(), *envs(), *checkpoint(), *planted()]  # fmt: skip

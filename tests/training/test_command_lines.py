@@ -249,8 +249,8 @@ def test_ctrl_c_ends_the_trainer_with_one_line_and_its_checkpoint_kept(tmp_path)
     last = err.strip().splitlines()[-1]
     done = json.loads(state.read_text())["iteration"]
     assert last == (
-        f"python -m training.local: interrupted: the last checkpoint of {out} (iteration "
-        f"{done}) is kept; run the same command to resume"
+        f"python -m training.local: interrupted: the last checkpoint of {out} (after "
+        f"iteration {done - 1}, numbered from 0) is kept; run the same command to resume"
     ), err
 
 

@@ -134,7 +134,9 @@ def interrupt_note(config: TrainConfig) -> str:
         when = f"one every {every} iterations" if every else "run.checkpoint_every is 0"
         return f"no checkpoint of {out} was written ({when}); run the same command to start again"
     how = "run the same command" if config.run.resume else "add --run.resume=true"
-    return f"the last checkpoint of {out} (iteration {done}) is kept; {how} to resume"
+    # state.json counts the iterations done; the last one is numbered from 0, as everywhere
+    return (f"the last checkpoint of {out} (after iteration {done - 1}, numbered from 0) is "
+            f"kept; {how} to resume")  # fmt: skip
 
 
 def config_changes(saved: dict[str, Any], config: TrainConfig) -> list[str]:
