@@ -15,9 +15,12 @@ leaves: verl's console metrics, the step records the plugin writes beside verl's
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
 import re
 import shlex
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -61,13 +64,21 @@ LAUNCH_TIMEOUT_S = 900
 def launch(run_dir: Path, *extra: str, cwd: Path) -> str:
     """``gigpo-verl RUN... --run_dir run_dir extra...`` from ``cwd``; its whole output."""
     script = Path(sys.executable).with_name("gigpo-verl")
-    done = subprocess.run(
+    # In a session of its own: a launch cut short (its timeout, pytest's) takes its Ray
+    # cluster and vLLM workers with it, instead of leaving them to starve the next launch.
+    proc = subprocess.Popen(
         [str(script), *documented_run(), SAVE_WEIGHTS, "--run_dir", str(run_dir),
          f"trainer.rollout_data_dir={run_dir / 'generations'}", *extra],
-        cwd=cwd, capture_output=True, text=True, timeout=LAUNCH_TIMEOUT_S,
+        cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True,
     )  # fmt: skip
-    output = done.stdout + done.stderr
-    assert done.returncode == 0, output[-6000:]
+    try:
+        stdout, stderr = proc.communicate(timeout=LAUNCH_TIMEOUT_S)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)  # what it left running, if anything
+    output = stdout + stderr
+    assert proc.returncode == 0, output[-6000:]
     return output
 
 
