@@ -49,10 +49,19 @@ def file_kind(mode: int) -> str:
         (stat.S_ISBLK, "a block device"),
         (stat.S_ISSOCK, "a socket"),
         (stat.S_ISDIR, "a folder"),
+        (stat.S_ISREG, "a file"),
     ):
         if test(mode):
             return name
     return "not a regular file"
+
+
+def _lstat_mode(path: str | Path) -> int | None:
+    """``path``'s ``st_mode``, the link itself where it is one; None when nothing is there."""
+    try:
+        return os.lstat(path).st_mode
+    except FileNotFoundError:
+        return None
 
 
 def check_writable_target(path: str | Path) -> None:
@@ -61,11 +70,8 @@ def check_writable_target(path: str | Path) -> None:
     Raises:
         UnsafeFileError: naming ``path`` and what it is.
     """
-    try:
-        mode = os.lstat(path).st_mode
-    except FileNotFoundError:
-        return
-    if not stat.S_ISREG(mode):
+    mode = _lstat_mode(path)
+    if mode is not None and not stat.S_ISREG(mode):
         raise UnsafeFileError(
             f"{path} is {file_kind(mode)}, not a regular file: refusing to replace it "
             "(remove it or write elsewhere)"
@@ -178,34 +184,40 @@ def check_own_folder(path: str | Path) -> None:
     Raises:
         UnsafeFileError: naming ``path`` and what it is.
     """
-    try:
-        mode = os.lstat(path).st_mode
-    except FileNotFoundError:
-        return
-    if not stat.S_ISDIR(mode):
-        kind = "a file" if stat.S_ISREG(mode) else file_kind(mode)
+    mode = _lstat_mode(path)
+    if mode is not None and not stat.S_ISDIR(mode):
         raise UnsafeFileError(
-            f"{path} is {kind}, not a folder: refusing to write into it or remove "
+            f"{path} is {file_kind(mode)}, not a folder: refusing to write into it or remove "
             "it (remove it yourself, or use another folder)"
         )
 
 
-def own_folder(base: str | Path, *parts: str) -> Path:
-    """The folder ``base/parts...``, made where absent, never through a link: each part is
-    checked (:func:`check_own_folder`) before it is made or entered, so a symlink planted
-    at any level (``RUN/tensorboard`` -> elsewhere) is refused, not written through.
-    ``base`` itself is the caller's (a folder the user named, or one it holds).
+def check_own_path(base: str | Path, *parts: str) -> None:
+    """Refuses ``base/parts...`` when a folder on the way to it, or it, is a symlink, a file
+    or a FIFO (:func:`check_own_folder` at each level; absent levels are fine). ``base``
+    itself is the caller's (a folder the user named, or one it holds).
 
     Raises:
-        UnsafeFileError: a part is a symlink, a file or a FIFO.
+        UnsafeFileError: naming the first such path.
     """
     folder = Path(base)
     for part in parts:
         folder = folder / part
         check_own_folder(folder)
-        with contextlib.suppress(FileExistsError):
-            folder.mkdir()
-        check_own_folder(folder)  # planted between the check and the mkdir
+
+
+def own_folder(base: str | Path, *parts: str) -> Path:
+    """The folder ``base/parts...``, made where absent, never through a link: the path is
+    checked (:func:`check_own_path`) before and after it is made, so a symlink planted at
+    any level (``RUN/tensorboard`` -> elsewhere) is refused, not written through.
+
+    Raises:
+        UnsafeFileError: a part is a symlink, a file or a FIFO.
+    """
+    check_own_path(base, *parts)
+    folder = Path(base).joinpath(*parts)
+    folder.mkdir(parents=True, exist_ok=True)
+    check_own_path(base, *parts)  # planted between the check and the mkdir
     return folder
 
 

@@ -190,8 +190,14 @@ def read_model_config(path: Path) -> dict[str, Any]:
         ModelFileError: naming the file and what is wrong with it.
     """
     is_regular_file(path)
+    return _read_guarded(path, "model config", MAX_CONFIG_BYTES)
+
+
+def _read_guarded(path: Path, what: str, max_bytes: int) -> Any:
+    """The JSON in ``path`` by the guarded loader (``max_bytes``, 32 levels), its refusal a
+    :class:`ModelFileError`."""
     try:
-        return read_json_file(path, "model config", max_bytes=MAX_CONFIG_BYTES, nonfinite=True)
+        return read_json_file(path, what, max_bytes=max_bytes, nonfinite=True)
     except GuardError as exc:
         raise ModelFileError(str(exc)) from None
 
@@ -216,10 +222,7 @@ def check_model_folder(folder: Path) -> None:
             continue  # a folder: transformers reads the top level only
         limit = GUARDED_JSON.get(".index.json" if name.endswith(".index.json") else name)
         if limit is not None:
-            try:
-                read_json_file(path, "model file", max_bytes=limit, nonfinite=True)
-            except GuardError as exc:
-                raise ModelFileError(str(exc)) from None
+            _read_guarded(path, "model file", limit)
         elif name.endswith(".safetensors"):
             check_safetensors(path)
 

@@ -12,13 +12,12 @@ import dataclasses
 import json
 import os
 import shutil
-import stat
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from training.files import UnsafeFileError, file_kind, open_regular
+from training.files import UnsafeFileError, open_regular
 from training.folders import check_owner
 from training.hub import ResolvedModel
 from training.local.checkpoint import (
@@ -30,6 +29,7 @@ from training.local.checkpoint import (
     read_state,
 )
 from training.local.schema import TrainConfig
+from training.model_files import is_regular_file
 
 __all__ = [
     "TrainedModel", "check_tiny_tokenizer", "checkpoint_iteration", "export_run",
@@ -177,21 +177,16 @@ def check_tiny_tokenizer(folder: Path) -> None:
     empty tokenizer and the model loads, evaluates and exports with it.
 
     Raises:
-        FileNotFoundError: no ``tokenizer.json``.
-        UnsafeFileError: a FIFO, a device, a folder or a dangling link in its place.
+        FileNotFoundError: no ``tokenizer.json`` (or a folder by that name).
+        ModelFileError: a FIFO, a device or a dangling link in its place
+            (:func:`training.model_files.is_regular_file`).
     """
     path = folder / "tokenizer.json"
-    try:
-        mode = os.stat(path).st_mode
-    except FileNotFoundError:
-        if not os.path.islink(path):
-            raise FileNotFoundError(
-                f"{path} is missing: the tiny model's tokenizer (remove {folder} and the next "
-                "command rebuilds it, the same model)"
-            ) from None
-        raise UnsafeFileError(f"{path} is a link to nothing, not a regular file") from None
-    if not stat.S_ISREG(mode):
-        raise UnsafeFileError(f"{path} is {file_kind(mode)}, not a regular file")
+    if not is_regular_file(path):
+        raise FileNotFoundError(
+            f"{path} is missing (or no file): the tiny model's tokenizer (remove {folder} and "
+            "the next command rebuilds it, the same model)"
+        )
 
 
 def export_run(

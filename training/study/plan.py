@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from training.files import check_own_path
 from training.guarded import GuardError, ParseError, load_yaml, read_limited
 from training.local.checks import MAX_SEED
 from training.local.config import MAX_CONFIG_BYTES, ConfigError, TrainConfig, load_config
@@ -313,7 +314,7 @@ def plan_runs(
                     key = (Path(path).stem, arm.name, seed)
                     runs_dir = "runs-quick" if quick else "runs"  # never mixed with full runs
                     run_out = out / runs_dir / key[0] / arm.folder / f"seed{seed}"
-                    check_own_path(out, run_out)
+                    check_own_path(out, runs_dir, key[0], arm.folder, f"seed{seed}")
                     run = Run(Path(path), key[0], arm, seed, run_out, tuple(prepared[path]))
                     if runs.setdefault(key, run) is run and path in shared:
                         link_shared_model(shared[path], run_out)
@@ -374,21 +375,5 @@ def _shared_tiny_model(config: TrainConfig, out: Path) -> Path:
     m = config.model
     # Named by its settings, so that configs with the same tiny model share it.
     key = f"tiny-h{m.tiny_hidden_size}-l{m.tiny_layers}-v{m.tiny_vocab_size}-w{m.tiny_warmup_steps}"
-    check_own_path(out, out / "models" / key)  # a link planted as models/ is refused
+    check_own_path(out, "models", key)  # a link planted as models/ is refused
     return resolve_model_path(m, out / "models" / key)
-
-
-def check_own_path(out: Path, path: Path) -> None:
-    """Refuses ``path`` (inside the study folder ``out``) when a folder on the way to it,
-    or it, is a symlink, a file or a FIFO: the study would build, write or delete through
-    it (:func:`training.files.check_own_folder`).
-
-    Raises:
-        UnsafeFileError: naming the first such path.
-    """
-    from training.files import check_own_folder
-
-    here = Path(out)
-    for part in Path(path).relative_to(out).parts:
-        here = here / part
-        check_own_folder(here)
