@@ -206,16 +206,18 @@ def test_trainer_device_cpu_sets_what_verl_needs_on_a_cpu_machine(capsys, monkey
 
 
 def test_a_packaged_model_name_is_the_folder_the_run_makes_it_in(capsys, tmp_path):
+    from training.packaged import prepare_packaged
+
     code, out, _ = _dry_run(capsys, "--run_dir", str(tmp_path / "r"),
                             "actor_rollout_ref.model.path=tiny-random")  # fmt: skip
     assert code == 0
     model = tmp_path / "r" / "models" / "tiny-random"
     assert f"actor_rollout_ref.model.path={model}" in _command(out)
-    launch.prepare_model("tiny-random", str(model))
+    prepare_packaged("tiny-random", str(model))
     config = json.loads((model / "config.json").read_text())
     assert config["hidden_size"] // config["num_attention_heads"] == 32  # vLLM CPU's smallest
     stamp = (model / "config.json").stat().st_mtime_ns
-    launch.prepare_model("tiny-random", str(model))  # kept, not rebuilt
+    prepare_packaged("tiny-random", str(model))  # kept, not rebuilt
     assert (model / "config.json").stat().st_mtime_ns == stamp
 
 

@@ -163,8 +163,8 @@ def _hub_commit(model: str, revision: str | None) -> str | None:
         SuiteError: the id cannot be resolved here (the message names the fetch).
     """
     from training.hub import ModelNotFoundError, commit_of
-    from training.local.model_checks import PACKAGED_MODELS
     from training.local.trained import find_run_dir
+    from training.packaged import PACKAGED_MODELS
 
     if model in PACKAGED_MODELS or find_run_dir(model):
         return revision

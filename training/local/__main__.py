@@ -85,8 +85,8 @@ def dry_run(config: TrainConfig) -> int:
 
     from training.local.checks import env_problem
     from training.local.memory import GIB, check_fits, free_memory, run_plan
-    from training.local.model_checks import PACKAGED_MODELS
     from training.local.prompts import check_first_prompt
+    from training.packaged import PACKAGED_MODELS
 
     m = config.model
     unchecked = []
@@ -134,7 +134,7 @@ def _tokenizer_dir(config: TrainConfig, tmp: Path) -> Path | None:
     ``rollout.max_prompt_tokens``)."""
     from training.hub import cached_model
     from training.local.model import resolve_model_path
-    from training.local.model_checks import PACKAGED_MODELS
+    from training.packaged import PACKAGED_MODELS
 
     m = config.model
     if m.name_or_path in PACKAGED_MODELS or Path(m.name_or_path).expanduser().exists():

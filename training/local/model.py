@@ -333,7 +333,7 @@ def load_models(config: TrainConfig, out: Path) -> Models:
         # carry 8 bits of mantissa (a tied head keeps the embeddings float32 with it).
         policy.get_output_embeddings().to(torch.float32)
         adapter = add_adapters(policy, m)
-        from training.local.model_checks import PACKAGED_MODELS
+        from training.packaged import PACKAGED_MODELS
 
         if m.name_or_path not in PACKAGED_MODELS:  # those keep PEFT's local path
             settings = adapter.peft_config["default"]  # what adapter_config.json records

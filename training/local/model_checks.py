@@ -9,10 +9,9 @@ import math
 import re
 
 from training.local.schema import ConfigError, TrainConfig
+from training.packaged import PACKAGED_MODELS
 from training.text import show
 
-#: The names the trainer builds or unpacks itself (no hub, no directory).
-PACKAGED_MODELS = ("tiny-random", "smollm2")
 #: LoRA ranks above this are refused (a rank is a few to a few hundred).
 MAX_LORA_RANK = 4096
 #: LoRA alphas above this are refused: twice the largest rank (alpha = 2 x rank is the usual

@@ -246,7 +246,7 @@ def _pin_revision(config: TrainConfig) -> None:
     the memory plan fits): the run's ``config.json`` names the exact weights, and a resume on
     other weights (the branch moved on) is refused by the config check."""
     from training.hub import commit_of
-    from training.local.model_checks import PACKAGED_MODELS
+    from training.packaged import PACKAGED_MODELS
 
     m = config.model
     if m.name_or_path not in PACKAGED_MODELS:

@@ -329,7 +329,7 @@ def _hub_commit(config: TrainConfig) -> str | None:
         ConfigError: the id cannot be resolved here (naming the command that fetches it).
     """
     from training.hub import ModelNotFoundError, commit_of
-    from training.local.model_checks import PACKAGED_MODELS
+    from training.packaged import PACKAGED_MODELS
 
     m = config.model
     if m.name_or_path in PACKAGED_MODELS:

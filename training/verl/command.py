@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from training.packaged import PACKAGED_MODELS, packaged_path
 from training.verl import recipes
 from training.verl.config import VERL_ESTIMATORS, algorithm_settings
 
@@ -73,11 +74,6 @@ NEW_KEYS = {
     "actor_rollout_ref.rollout.enable_sleep_mode",
     "ray_kwargs.ray_init.num_gpus",
 }
-#: Model names the launcher makes itself (as ``gigpo-train``'s ``model.name_or_path``).
-PACKAGED_MODELS = ("tiny-random", "smollm2")
-#: The tiny model a CPU run trains: heads of 32 dims (vLLM's CPU attention takes 32 and up),
-#: warmed up to write the action tags now and then (``gigpo-train``'s smoke config's 120).
-TINY_MODEL = {"hidden_size": 64, "num_layers": 2, "head_dim": 32, "warmup_steps": 120}
 #: Values that Hydra and OmegaConf read as true for a boolean setting.
 TRUE_WORDS = ("true", "yes", "on", "1", "y")
 USAGE = """usage: gigpo-verl [--dry-run] [--env ID] [--env.kwargs JSON] [--env.num_tasks N]
@@ -317,12 +313,8 @@ def _int(text: str | None, fallback: int) -> int:
 def _model_path(resolved: dict[str, str], ours: dict[str, Any]) -> None:
     """A packaged model's name as the folder the run makes it in (:func:`prepare_model`)."""
     name = resolved["actor_rollout_ref.model.path"]
-    if name == "tiny-random":
-        resolved["actor_rollout_ref.model.path"] = str(folders(ours)[0] / "models" / name)
-    elif name == "smollm2":
-        from training.smollm2 import MODEL_NAME, cache_dir
-
-        resolved["actor_rollout_ref.model.path"] = str(cache_dir() / MODEL_NAME)
+    if name in PACKAGED_MODELS:
+        resolved["actor_rollout_ref.model.path"] = str(packaged_path(name, folders(ours)[0]))
 
 
 def _check_sections(resolved: dict[str, str]) -> None:

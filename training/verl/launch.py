@@ -32,11 +32,10 @@ import sys
 from typing import Any
 
 from training.commands import interrupted, invoked_as
+from training.packaged import PACKAGED_MODELS, prepare_packaged
 from training.text import bound_text
 from training.verl import recipes
 from training.verl.command import (
-    PACKAGED_MODELS,
-    TINY_MODEL,
     USAGE,
     UsageError,
     command,
@@ -90,23 +89,6 @@ def write_datasets(ours: dict[str, Any], prompt_cap: int) -> None:
         buffer = io.BytesIO()
         pd.DataFrame(rows).to_parquet(buffer)
         atomic_write_bytes(folder / f"{split}.parquet", buffer.getvalue())
-
-
-def prepare_model(name: str, path: str) -> None:
-    """Makes a packaged model where the run reads it: ``tiny-random`` built into the run's
-    folder (:data:`TINY_MODEL`; kept when it is already there), ``smollm2`` converted into
-    the cache (``training.smollm2``)."""
-    if name == "tiny-random":
-        from training.tiny_model import build_tiny_model, tiny_model_settings
-
-        settings = tiny_model_settings(path)
-        wanted = {**TINY_MODEL, "vocab_size": 400, "seed": 0}
-        if settings != wanted:
-            build_tiny_model(path, **TINY_MODEL)
-    elif name == "smollm2":
-        from training.smollm2 import smollm2_path
-
-        smollm2_path(path)
 
 
 def report(ours: dict[str, Any], resolved: dict[str, str], settings: Any, cmd: list[str],
@@ -184,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             write_datasets(ours, int(resolved["data.max_prompt_length"]))
             if model in PACKAGED_MODELS:
-                prepare_model(model, resolved["actor_rollout_ref.model.path"])
+                prepare_packaged(model, resolved["actor_rollout_ref.model.path"])
         except (OSError, ValueError) as exc:  # a planted link, a full disk, a bad model
             print(f"{prog}: error: {bound_text(exc, 400)}", file=sys.stderr)
             return 2

@@ -9,6 +9,8 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
+from training.vllm_reload import repack_embeddings
+
 #: verl's module that receives the actor's weights in the vLLM server.
 WEIGHT_TRANSFER = "verl.workers.rollout.vllm_rollout.bucketed_weight_transfer"
 #: verl's module whose worker extension loads them into vLLM's model.
@@ -146,22 +148,3 @@ def patch_rollout_weight_update(module: Any) -> None:
 
     update_weights_from_ipc.__gigpo_patched__ = True  # type: ignore[attr-defined]
     extension.update_weights_from_ipc = update_weights_from_ipc
-
-
-def repack_embeddings(model: Any) -> None:
-    """Each embedding and LM head of ``model`` repacked from its current weight.
-
-    On the CPU vLLM computes the logits with a packed copy of the LM head's weight, made when
-    its layer is processed (``UnquantizedEmbeddingMethod.process_weights_after_loading``:
-    ``dispatch_cpu_unquantized_gemm``, which keeps the weight). An LM head tied to the input
-    embedding as a module of its own (Llama's ``ParallelLMHead.tie_weights``; Qwen2 reuses
-    the embedding module) loads no weight in a reload, so the layerwise reload never
-    processes it again, and its logits would come from the weights vLLM started with (verl
-    starts it on dummy weights). Repacking is the same call, on the weight the reload wrote;
-    for a layer processed already it packs the same values again."""
-    from vllm.model_executor.layers.vocab_parallel_embedding import UnquantizedEmbeddingMethod
-
-    for module in model.modules():
-        method = getattr(module, "quant_method", None)
-        if isinstance(method, UnquantizedEmbeddingMethod):
-            method.process_weights_after_loading(module)
