@@ -37,3 +37,26 @@ def submitted_args(stdout: str) -> list[str]:
     line = stdout.splitlines()[stdout.splitlines().index("# submit:") + 1]
     words = shlex.split(line)
     return words[words.index("training.openrlhf.train") + 1 :]
+
+
+#: The folder flags of docs/openrlhf.md's CPU command, which each test gives its own.
+FOLDER_FLAGS = ("--gigpo.dataset_dir", "--ckpt.path", "--ckpt.output_dir")
+
+
+def documented_cpu_run() -> list[str]:
+    """docs/openrlhf.md's CPU command without its folders (each test gives its own)."""
+    from doc_blocks import code_blocks
+
+    (block,) = code_blocks("docs/openrlhf.md", "Try it on CPU first", language="bash")
+    start = block.index("gigpo-openrlhf")
+    words = shlex.split(block[start : block.index("\nray stop")].replace("\\\n", " "))
+    assert words[0] == "gigpo-openrlhf"
+    kept, skip = [], False
+    for word in words[1:]:
+        if skip:
+            skip = False
+        elif word in FOLDER_FLAGS:
+            skip = True
+        else:
+            kept.append(word)
+    return kept

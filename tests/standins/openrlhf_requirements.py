@@ -2,7 +2,8 @@
 
 ``tox -e openrlhf`` installs OpenRLHF 0.11.2 with ``--no-deps`` and then what this writes, so
 the tests run with the versions OpenRLHF pins (transformers, Ray, DeepSpeed, ...). Left out:
-``flash-attn`` (compiles CUDA kernels; ``tests/standins/flash_attn`` stands in) and
+``flash-attn`` (compiles CUDA kernels; ``training/openrlhf/flash_attn_cpu`` has the padding
+helpers OpenRLHF imports) and
 ``torch`` (tox pins the CPU build). Its extras (``vllm``) are not requirements.
 """
 

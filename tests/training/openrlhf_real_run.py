@@ -25,7 +25,8 @@ and its ``PPOTrainer`` run, in this order, with OpenRLHF's own code:
 Stand-ins, each for what cannot run here, named so:
 
 * ``vllm`` (``tests/standins/vllm``): its engine answers from the script, not a model;
-* ``flash_attn``: import-only; the tiny model runs with ``--ds.attn_implementation sdpa``;
+* ``flash_attn``: its padding helpers only (``training/openrlhf/flash_attn_cpu``); the tiny
+  model runs with ``--ds.attn_implementation sdpa``;
 * the GPU, :func:`run_cuda_calls_on_cpu`: the few ``torch.cuda`` calls OpenRLHF makes
   outside its models go to the CPU, and its device mesh is a CPU mesh;
 * :class:`InProcessGroup`: OpenRLHF's ``RayActorGroup`` runs each model actor as a Ray actor

@@ -36,6 +36,8 @@ pytestmark = pytest.mark.openrlhf
 HERE = Path(__file__).resolve().parent
 RUN = HERE / "openrlhf_lora_run.py"
 STANDINS = HERE.parent / "standins"
+#: flash-attn's padding helpers without its kernels, as a CPU run of OpenRLHF has them
+FLASH_ATTN_CPU = HERE.parents[1] / "training" / "openrlhf" / "flash_attn_cpu"
 PACKAGE_ROOT = Path(training.__file__).resolve().parent.parent
 RANK, ALPHA = 4, 8
 #: The launcher's run, small: an episode-layout NumberLine run of the tiny model.
@@ -79,7 +81,8 @@ def lora_run(request: pytest.FixtureRequest, lora_model_dir: Path) -> dict:
         assert result.returncode == 0, result.stderr
         job = {"args": submitted_args(result.stdout), "ray_tmp": str(work / "r"),
                "out": str(work / "out.pt")}  # fmt: skip
-        env = {**os.environ, "PYTHONPATH": f"{STANDINS}{os.pathsep}{PACKAGE_ROOT}",
+        path = os.pathsep.join(map(str, (STANDINS, FLASH_ATTN_CPU, PACKAGE_ROOT)))
+        env = {**os.environ, "PYTHONPATH": path,
                "RAY_USAGE_STATS_ENABLED": "0", "PYTHONFAULTHANDLER": "1"}  # fmt: skip
         process = subprocess.Popen(
             [sys.executable, str(RUN)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,

@@ -65,6 +65,7 @@ def test_setup_worker_hook_runs_in_a_fresh_process():
             "openrlhf.trainer.ppo_utils.samples_generator",
             "openrlhf.trainer.ppo_utils.experience_maker",
             "openrlhf.trainer.ppo_trainer",
+            "openrlhf.trainer.ppo_trainer_async",
             "openrlhf.trainer.ray.ppo_actor",
             "openrlhf.trainer.ppo_utils.replay_buffer",
         }
@@ -75,6 +76,37 @@ def test_setup_worker_hook_runs_in_a_fresh_process():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "ok"
+
+
+def test_the_trainer_patches_reach_rays_actor_classes_built_on_the_base():
+    """``@ray.remote`` copies the base class's methods into the actor class it makes while
+    OpenRLHF's module runs, before the patch: the ``PPOTrainer`` actor (and the asynchronous
+    ``TrainingActor``) must get the wrapped methods too, or our metrics never reach
+    OpenRLHF's status in a real run."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    path = [root / "tests" / "standins", root / "training" / "openrlhf" / "flash_attn_cpu", root]
+    code = textwrap.dedent(
+        """
+        from training.openrlhf.patch import TRAINER_WRAPPERS, setup_worker
+        setup_worker()
+        from openrlhf.trainer import ppo_trainer, ppo_trainer_async
+        base = ppo_trainer.BasePPOTrainer
+        for actor in (ppo_trainer.PPOTrainer, ppo_trainer_async.TrainingActor):
+            cls = actor.__ray_metadata__.modified_class
+            for name in TRAINER_WRAPPERS:
+                method = getattr(cls, name)
+                assert method is getattr(base, name), (actor, name)
+                assert method.__code__.co_filename.endswith("patch.py"), (actor, name)
+        print("ok")
+        """
+    )
+    env = {**__import__("os").environ, "PYTHONPATH": ":".join(map(str, path))}
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            env=env, timeout=300)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip().endswith("ok")
 
 
 def _record(group, traj, rewards, ranges, length, anchors=None):

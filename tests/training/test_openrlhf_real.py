@@ -39,10 +39,12 @@ REPO = Path(__file__).resolve().parents[2]
 PARSE = Path(__file__).resolve().parent / "openrlhf_real_parse.py"
 RUN = Path(__file__).resolve().parent / "openrlhf_real_run.py"
 STANDINS = REPO / "tests" / "standins"
+#: flash-attn's padding helpers without its kernels, as a CPU run of OpenRLHF has them
+FLASH_ATTN_CPU = REPO / "training" / "openrlhf" / "flash_attn_cpu"
 PACKAGE_ROOT = Path(training.__file__).resolve().parent.parent
 ENV = {
     **os.environ,
-    "PYTHONPATH": f"{STANDINS}{os.pathsep}{PACKAGE_ROOT}",
+    "PYTHONPATH": f"{STANDINS}{os.pathsep}{FLASH_ATTN_CPU}{os.pathsep}{PACKAGE_ROOT}",
     "RAY_USAGE_STATS_ENABLED": "0",
 }
 ENVS = sorted(name for name in gym.registry if name.startswith("gigpo/"))

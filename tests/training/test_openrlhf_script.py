@@ -373,3 +373,41 @@ def test_openrlhfs_own_estimators_pass_the_launcher_untouched(estimator):
     assert _value(run.openrlhf_args, "--algo.advantage.estimator") == estimator
     with pytest.raises(UsageError, match=r"--algo.advantage.estimator must be one of"):
         plan(["--algo.advantage.estimator", estimator.upper(), "--algo.kl.init_coef", "0"])
+
+
+def test_cpu_device_resolves_the_cpus_flags_and_slots_without_the_gpu_defaults():
+    result = dry_run("--gigpo.device", "cpu", "--actor.model_name_or_path", "tiny-random",
+                     "--env", "gigpo/NumberLine-v0", "--group_size", "2")  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    argv = command_line(result.stdout)
+    assert _value(argv, "--vllm.sync_backend") == "gloo"
+    assert _value(argv, "--ds.attn_implementation") == "sdpa"
+    assert "--vllm.enforce_eager" in argv and "--train.colocate_actor_ref" in argv
+    assert "--vllm.enable_sleep" not in argv and "--train.colocate_all" not in argv
+    assert _value(argv, "--actor.num_gpus_per_node") == "1"
+    model = Path(_value(argv, "--actor.model_name_or_path"))  # made in the run's folder
+    assert model.parts[-2:] == ("models", "tiny-random") and model.is_absolute()
+    prefix = "# ray runtime_env: "
+    line = next(li for li in result.stdout.splitlines() if li.startswith(prefix))
+    env = json.loads(line[len(prefix) :])
+    assert env["env_vars"]["GIGPO_OPENRLHF_DEVICE"] == "cpu"
+    assert env["env_vars"]["DS_ACCELERATOR"] == "cpu"
+    # this env installs no OpenRLHF: the dry run says its checks did not run
+    assert "# OpenRLHF's own checks: not run, it cannot be imported here" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--gigpo.device", "tpu"], "--gigpo.device must be one of ['cuda', 'cpu'], got 'tpu'"),
+        (["--gigpo.device", "cpu", "--train.colocate_all"], "drop --train.colocate_all"),
+        (["--gigpo.device", "cpu", "--vllm.enable_sleep"], "drop --vllm.enable_sleep"),
+        (["--gigpo.device", "cpu", "--vllm.sync_with_ray"], "drop --vllm.sync_with_ray"),
+        (["--gigpo.device", "cpu", "--vllm.sync_backend", "nccl"], "--vllm.sync_backend gloo"),
+        (["--gigpo.device", "cpu", "--ds.packing_samples"], "drop --ds.packing_samples"),
+    ],
+)
+def test_cpu_device_refuses_what_needs_cuda_naming_the_flag(argv, message):
+    result = dry_run("--env", "gigpo/NumberLine-v0", *argv)
+    assert result.returncode == 2, result.stdout
+    assert message in result.stderr

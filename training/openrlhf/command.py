@@ -28,6 +28,8 @@
 ``--gigpo.save_rollouts_every`` save the step records of every this many training steps
                                 for ``gigpo-view`` (default 1; 0 never)
 ``--gigpo.rollout_max_chars``   characters kept of each saved text (default 2000)
+``--gigpo.device``              ``cuda`` (default) or ``cpu``: the whole loop on a CPU
+                                machine (:mod:`training.openrlhf.cpu`)
 ``--algo.gigpo.*``              gigpo_algo's settings, by its names, one flag per
                                 critic-free setting of the settings table
                                 (:func:`training.settings.flag_settings`): ``gamma``,
@@ -64,6 +66,7 @@ from typing import Any
 from gigpo_algo.estimators import ESTIMATORS
 from training.env_tasks import Task, task_label
 from training.guarded import GuardError, ParseError, load_json
+from training.openrlhf.cpu import resolve_device
 from training.openrlhf.estimator import FLAG_PREFIX, SETTINGS_ENV, GiGPOSettings
 from training.openrlhf.layout import (
     MAX_ENV_TIMEOUT_S,
@@ -75,6 +78,7 @@ from training.openrlhf.layout import (
     has_flag,
     in_bounds,
     resolve_layout,
+    resolve_packaged,
     resolve_sizes,
 )
 from training.openrlhf.modes import check_modes
@@ -106,6 +110,9 @@ class Plan:
     runtime_env: dict
     layout: str = "step"
     warnings: tuple[str, ...] = ()
+    #: packaged models to make before OpenRLHF loads them: ``(name, path)``
+    #: (:mod:`training.packaged`)
+    packaged: tuple[tuple[str, Path], ...] = ()
 
     def command(self, python: str = "python") -> list[str]:
         """OpenRLHF's command line as it runs (inside ``training.openrlhf.train``)."""
@@ -143,6 +150,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--gigpo.dataset_dir", dest="dataset_dir", default="runs/openrlhf_gigpo")
     p.add_argument("--gigpo.save_rollouts_every", dest="save_rollouts_every", type=int, default=1)
     p.add_argument("--gigpo.rollout_max_chars", dest="rollout_max_chars", type=int, default=2000)
+    p.add_argument("--gigpo.device", dest="device", default="cuda")
     return p
 
 
@@ -248,11 +256,17 @@ def plan(argv: list[str]) -> Plan:
         theirs += ["--data.input_key", "input", "--data.label_key", "label"]
     if not has_flag(theirs, "--train.agent_func_path"):
         theirs += ["--train.agent_func_path", str(AGENT_FUNC)]
-    env_vars = dict(OPENRLHF_ENV_DEFAULTS)
+    try:
+        theirs, device_env = resolve_device(ours.device, theirs)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    theirs, packaged = resolve_packaged(theirs, ours.dataset_dir)
+    env_vars = dict(OPENRLHF_ENV_DEFAULTS, **device_env)
     if settings is not None:
         env_vars[SETTINGS_ENV] = settings.to_json()
     runtime_env = {"env_vars": env_vars, "worker_process_setup_hook": SETUP_HOOK}
-    return Plan(theirs, settings, dataset_path, tasks, runtime_env, layout, tuple(warnings))
+    return Plan(theirs, settings, dataset_path, tasks, runtime_env, layout, tuple(warnings),
+                tuple(packaged))  # fmt: skip
 
 
 def _env_workers(text: str) -> int | None:

@@ -35,6 +35,7 @@ from training.openrlhf.turns import INFO_KEY, SampleTurns
 from training.record_files import record_rows, write_rollouts
 from training.records import StepRecords
 from training.settings import EstimatorSettings
+from training.stats import step_group_summary
 
 #: Environment variable carrying :class:`GiGPOSettings` to every Ray worker.
 SETTINGS_ENV = "GIGPO_OPENRLHF_SETTINGS"
@@ -107,51 +108,6 @@ def batch_steps(batch: Sequence[Sequence[SampleTurns]]) -> StepRecords:
         for sample in experience:
             steps.extend(sample.steps())
     return steps
-
-
-def episode_stats(batch: Sequence[Sequence[SampleTurns]]) -> dict[str, float]:
-    """The batch's metrics per episode, not per sample (under the step layout an episode is
-    spread over many samples), for OpenRLHF's logs.
-
-    Returns ``gigpo/episodes``; the means over episodes of ``gigpo/episode_turns`` (steps
-    played), ``gigpo/won``, ``gigpo/episode_return`` (sum of step rewards, before OpenRLHF's
-    length penalties) and ``gigpo/budget_ended`` (episode layout: the token budget ended
-    it before the env did); ``gigpo/turns_trained`` (the fraction of played turns whose
-    tokens are in a sample, after OpenRLHF's ``--data.max_len`` cut); ``gigpo/samples`` and
-    ``gigpo/filler_samples``. Empty when the batch has no episode.
-    """
-    episodes: dict[tuple[str, str], dict[str, float]] = {}
-    samples = fillers = 0
-    for experience in batch:
-        for ep in experience:
-            samples += 1
-            if ep.is_filler:
-                fillers += 1
-                continue
-            spans = turn_columns(ep.action_ranges, ep.sequence_length, ep.max_len)
-            one = episodes.setdefault(
-                (ep.group, ep.traj),
-                {"turns": 0, "trained": 0, "won": 0.0, "return": 0.0, "budget_ended": 0.0},
-            )
-            one["turns"] += len(ep.rewards)
-            one["trained"] += int(np.count_nonzero(spans[:, 1] > spans[:, 0]))
-            one["won"] = max(one["won"], float(ep.won))
-            one["return"] += float(sum(ep.rewards))
-            one["budget_ended"] = max(one["budget_ended"], float(ep.budget_ended))
-    if not episodes:
-        return {}
-    values = list(episodes.values())
-    turns = sum(v["turns"] for v in values)
-    return {
-        "gigpo/episodes": float(len(values)),
-        "gigpo/episode_turns": turns / len(values),
-        "gigpo/won": float(np.mean([v["won"] for v in values])),
-        "gigpo/episode_return": float(np.mean([v["return"] for v in values])),
-        "gigpo/budget_ended": float(np.mean([v["budget_ended"] for v in values])),
-        "gigpo/turns_trained": sum(v["trained"] for v in values) / max(turns, 1),
-        "gigpo/samples": float(samples - fillers),
-        "gigpo/filler_samples": float(fillers),
-    }
 
 
 def batch_advantages(
@@ -249,6 +205,7 @@ def apply_gigpo(
     settings: GiGPOSettings,
     clip_range: tuple[float, float] | None = None,
     batch: list[list[SampleTurns]] | None = None,
+    report: dict[str, float] | None = None,
 ) -> list[Any]:
     """Writes gigpo_algo's per-turn advantages and returns into OpenRLHF experiences (in place).
 
@@ -263,7 +220,9 @@ def apply_gigpo(
     ``info["group_reward_std"]`` gets the std (unbiased) of the episode returns of each row's
     group, and ``clip_range`` clips the value that becomes every token's advantage (OpenRLHF
     clips its baselined reward, which is that value). Filler rows get advantage 0 and the
-    batch's mean metrics (:func:`fill_filler_metrics`).
+    batch's mean metrics (:func:`fill_filler_metrics`). ``report`` gets the step groups'
+    ``gigpo/step_group_coverage`` and ``gigpo/step_group_mean_size``
+    (:func:`training.stats.step_group_summary`).
     """
     import torch
 
@@ -292,6 +251,10 @@ def apply_gigpo(
     if steps.rewards:
         groups = step_groups(steps, settings)
         result = critic_free_advantages(steps, settings, groups)
+        if report is not None:
+            summary = step_group_summary(groups)
+            report["gigpo/step_group_coverage"] = float(summary["step_group_coverage"])
+            report["gigpo/step_group_mean_size"] = float(summary["step_group_mean_size"])
     save_rollouts([rows], settings, result, groups)
     if result is not None:  # back in the batch's order
         result = result.take(back)
@@ -314,6 +277,13 @@ def apply_gigpo(
 #: Training steps whose advantages this process computed (the experience maker runs in the
 #: driver only, so this is the run's step count, and only one process writes rollouts).
 _STEPS_SEEN = [0]
+
+
+def start_iteration(global_step: int) -> None:
+    """The training step about to run is OpenRLHF's ``global_step`` (0-based; a resumed run
+    starts past its checkpoint's), so that its rollouts file is numbered as the step and a
+    resumed run never overwrites the files of the steps before it."""
+    _STEPS_SEEN[0] = int(global_step)
 
 
 def save_rollouts(

@@ -65,6 +65,16 @@ def defaults(gpus: str, async_enable: bool = False) -> list[str]:
     ]  # fmt: skip
 
 
+def cpu_defaults() -> list[str]:
+    """The launcher's default flags on ``--gigpo.device cpu``: the GPU defaults but one slot
+    for the actor and the reference together and one for an engine (Ray's GPU slots are
+    processes there), without vLLM's sleep mode and CUDA IPC (``--train.colocate_all``)."""
+    out = defaults("1")
+    for switch in ("--vllm.enable_sleep", "--train.colocate_all"):
+        out.remove(switch)
+    return [*out, "--train.colocate_actor_ref"]
+
+
 #: Flags that name the same setting: giving one replaces the default of the other.
 SYNONYMS = {"--group_size": ("--rollout.n_samples_per_prompt",)}
 #: Default flags that a user's flag turns off: OpenRLHF refuses ``--vllm.enable_sleep`` with
@@ -101,14 +111,15 @@ def main(argv: list[str] | None = None) -> int:
     dashboard = os.environ.get("RAY_DASHBOARD", "http://127.0.0.1:8265")
     gpus = os.environ.get("GPUS", "8")
     prog = invoked_as("training.openrlhf.launch")
-    from training.openrlhf.layout import MAX_DEVICES
+    from training.openrlhf.layout import MAX_DEVICES, flag_value
 
     if not (gpus.isascii() and gpus.isdigit()) or not 1 <= int(gpus) <= MAX_DEVICES:
         print(f"{prog}: error: GPUS must be an int >= 1 and <= {MAX_DEVICES}, got "
               f"{gpus[:40]!r}", file=sys.stderr)  # fmt: skip
         return 2
     async_enable = any(a.split("=", 1)[0] == "--train.async_enable" for a in user)
-    resolved = resolve(user, defaults(gpus, async_enable))
+    on_cpu = flag_value(user, "--gigpo.device", "cuda") == "cpu"
+    resolved = resolve(user, cpu_defaults() if on_cpu else defaults(gpus, async_enable))
     train = [python, "-m", "training.openrlhf.train", *resolved]
     submit = ["ray", "job", "submit", "--address", dashboard, "--", *train]
     check = [python, "-m", "training.openrlhf.train", "--dry-run", *resolved]
@@ -129,7 +140,6 @@ def main(argv: list[str] | None = None) -> int:
                   f"GPUS={gpus}", file=sys.stderr)  # fmt: skip
             return 2
     from training.locks import FolderLockError, hold_folder
-    from training.openrlhf.layout import flag_value
 
     folder = flag_value(resolved, "--gigpo.dataset_dir", "runs/openrlhf_gigpo")
     try:
@@ -147,9 +157,10 @@ def main(argv: list[str] | None = None) -> int:
             running = subprocess.call(["ray", "status"], stdout=subprocess.DEVNULL,
                                       stderr=subprocess.DEVNULL) == 0  # fmt: skip
             if not running:
-                subprocess.check_call(
-                    ["ray", "start", "--head", "--num-gpus", gpus, "--dashboard-host", "127.0.0.1"]
-                )
+                start = ["ray", "start", "--head", "--num-gpus", gpus]
+                if on_cpu:  # slots, not devices; more logical CPUs than the cores OpenRLHF asks
+                    start += ["--num-cpus", str(max(16, os.cpu_count() or 1))]
+                subprocess.check_call([*start, "--dashboard-host", "127.0.0.1"])
         return subprocess.call(submit)  # the lock's file is not inherited (O_CLOEXEC)
     except KeyboardInterrupt:  # the submit client stops following the job, which goes on
         return interrupted(

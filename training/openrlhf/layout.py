@@ -333,3 +333,30 @@ def flag_value(args: list[str], flag: str, default: str) -> str:
         elif a == flag and i + 1 < len(args):
             value = args[i + 1]
     return value
+
+
+#: OpenRLHF's flags that may name a packaged model (:mod:`training.packaged`).
+PACKAGED_FLAGS = ("--actor.model_name_or_path", "--critic.model_name_or_path")
+
+
+def resolve_packaged(args: list[str], folder: str) -> tuple[list[str], tuple]:
+    """``args`` with each packaged model name (``tiny-random``, ``smollm2``) of
+    :data:`PACKAGED_FLAGS` replaced by the path the run makes it at, and ``((name, path),
+    ...)`` of those to make (the run's folder ``folder`` holds ``tiny-random``)."""
+    from training.packaged import PACKAGED_MODELS, packaged_path
+
+    out, made = list(args), []
+    for flag in PACKAGED_FLAGS:
+        name = flag_value(out, flag, "")
+        if name not in PACKAGED_MODELS:
+            continue
+        path = packaged_path(name, folder)
+        out = [a for i, a in enumerate(out) if not _is_flag_at(out, i, flag)]
+        out += [flag, str(path)]
+        made.append((name, path))
+    return out, tuple(made)
+
+
+def _is_flag_at(args: list[str], i: int, flag: str) -> bool:
+    """Whether ``args[i]`` is ``flag`` (``flag=value``), or the value after a bare ``flag``."""
+    return args[i] == flag or args[i].startswith(flag + "=") or (i > 0 and args[i - 1] == flag)

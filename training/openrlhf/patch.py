@@ -23,7 +23,9 @@ episode. These methods are wrapped:
   ``--reward.clip_range``) instead of OpenRLHF's; otherwise the turn records are removed and
   OpenRLHF's own method runs;
 * ``BasePPOTrainer._compute_rollout_stats``: adds the batch's per-episode metrics
-  (:func:`training.openrlhf.estimator.episode_stats`: turns, success, budget ends, samples);
+  (:func:`training.openrlhf.metrics.episode_stats`: turns, success, budget ends, samples,
+  invalid actions; the step groups' coverage; :func:`training.openrlhf.metrics.logp_gap`),
+  on the base class and on Ray's actor classes built on it (:func:`onto_ray_actors`);
 * ``ActorPPOTrainer.training_step``: a micro-batch of filler samples only has no response
   token, so OpenRLHF's token-mean metrics of it are 0/0, and its ``ppo_train`` divides by
   that count of 0; the metrics are set to 0 instead of NaN (which would make the whole
@@ -54,8 +56,9 @@ from typing import Any
 from training import import_hooks as hooks
 from training.import_hooks import wrap_methods
 from training.openrlhf import lora_sync
-from training.openrlhf.estimator import GiGPOSettings, apply_gigpo, episode_stats, read_records
+from training.openrlhf.estimator import GiGPOSettings, apply_gigpo, read_records, start_iteration
 from training.openrlhf.filtering import FILTER_STATS, add_stats, filter_groups
+from training.openrlhf.metrics import episode_stats, logp_gap
 from training.openrlhf.samples import STEP_SAMPLES, expand_step_samples, step_samples
 from training.openrlhf.turns import INFO_KEY
 
@@ -68,6 +71,7 @@ PINNED_VERSION = "0.11.2"
 SAMPLES_MODULE = "openrlhf.trainer.ppo_utils.samples_generator"
 MAKER_MODULE = "openrlhf.trainer.ppo_utils.experience_maker"
 TRAINER_MODULE = "openrlhf.trainer.ppo_trainer"
+ASYNC_TRAINER_MODULE = "openrlhf.trainer.ppo_trainer_async"
 ACTOR_MODULE = "openrlhf.trainer.ray.ppo_actor"
 BUFFER_MODULE = "openrlhf.trainer.ppo_utils.replay_buffer"
 #: The experience maker's attribute holding the last batch's episode metrics.
@@ -166,6 +170,7 @@ def _wrap_generate_vllm(original: Callable) -> Callable:
 def _wrap_train_step(original: Callable) -> Callable:
     @functools.wraps(original)
     def train_step(self: Any, rollout_samples: list, global_step: int) -> Any:
+        start_iteration(global_step)  # the rollouts file's number, past a checkpoint's too
         stats = getattr(rollout_samples[0], FILTER_STATS, None) if rollout_samples else None
         status, step = original(self, rollout_samples, global_step)
         if stats:
@@ -207,7 +212,8 @@ def _wrap_compute_advantages(original: Callable) -> Callable:
                 experience.info.pop(INFO_KEY, None)
             return original(self, experiences)
         batch = read_records(experiences)
-        setattr(self, EPISODE_STATS, episode_stats(batch))
+        stats = {**episode_stats(batch), **logp_gap(experiences)}
+        setattr(self, EPISODE_STATS, stats)
         # OpenRLHF's own reward shaping first, as its estimators get it: rewards in at least
         # float32, then its length penalties (its own function, unchanged).
         import torch
@@ -219,7 +225,8 @@ def _wrap_compute_advantages(original: Callable) -> Callable:
                 torch.promote_types(experience.rewards.dtype, torch.float32)
             )
         apply_length_penalties(experiences, args)
-        return apply_gigpo(experiences, settings, clip_range=args.reward.clip_range, batch=batch)
+        clip = args.reward.clip_range
+        return apply_gigpo(experiences, settings, clip_range=clip, batch=batch, report=stats)
 
     return compute_advantages_and_returns
 
@@ -304,11 +311,36 @@ def patch_samples_module(module: Any) -> None:
     )
 
 
+#: The methods wrapped on OpenRLHF's trainer base class.
+TRAINER_WRAPPERS = {"_compute_rollout_stats": _wrap_rollout_stats, "train_step": _wrap_train_step}
+
+
 def patch_trainer_module(module: Any) -> None:
-    wrap_methods(
-        module.BasePPOTrainer,
-        {"_compute_rollout_stats": _wrap_rollout_stats, "train_step": _wrap_train_step},
-    )
+    wrap_methods(module.BasePPOTrainer, TRAINER_WRAPPERS)
+    onto_ray_actors(module, module.BasePPOTrainer, TRAINER_WRAPPERS)
+
+
+def onto_ray_actors(module: Any, base: type, wrappers: dict[str, Any]) -> None:
+    """The wrapped methods of ``base`` onto the Ray actor classes of ``module`` built on it.
+
+    ``@ray.remote`` runs while the module is executed, before the patch: the class it makes
+    (``__ray_metadata__.modified_class``, the one Ray ships to the actor's worker) holds its
+    own copies of the inherited methods, taken from ``base`` then, so a patch of ``base``
+    alone never reaches OpenRLHF's ``PPOTrainer`` actor (its ``train_step`` and
+    ``_compute_rollout_stats`` run there)."""
+    for value in vars(module).values():
+        metadata = getattr(value, "__ray_metadata__", None)
+        cls = getattr(metadata, "modified_class", None)
+        if isinstance(cls, type) and issubclass(cls, base):
+            for name in wrappers:
+                setattr(cls, name, getattr(base, name))
+
+
+def patch_async_trainer_module(module: Any) -> None:
+    """OpenRLHF's asynchronous trainer actor (``TrainingActor``) gets the base's wrappers."""
+    from openrlhf.trainer.ppo_trainer import BasePPOTrainer
+
+    onto_ray_actors(module, BasePPOTrainer, TRAINER_WRAPPERS)
 
 
 def patch_buffer_module(module: Any) -> None:
@@ -326,6 +358,7 @@ PATCHES: dict[str, Callable[[Any], None]] = {
     SAMPLES_MODULE: patch_samples_module,
     MAKER_MODULE: patch_maker_module,
     TRAINER_MODULE: patch_trainer_module,
+    ASYNC_TRAINER_MODULE: patch_async_trainer_module,
     ACTOR_MODULE: patch_actor_module,
     BUFFER_MODULE: patch_buffer_module,
 }
@@ -334,8 +367,13 @@ PATCHES: dict[str, Callable[[Any], None]] = {
 def install_patches(patches: dict[str, Callable[[Any], None]] | None = None) -> None:
     """Patches OpenRLHF's modules now if already imported, else as soon as they are imported
     (:func:`training.import_hooks.install_patches`; workers that never import OpenRLHF's
-    trainer, the vLLM engines, pay nothing)."""
+    trainer, the vLLM engines, pay nothing); on ``--gigpo.device cpu`` the CPU's patches
+    too (:func:`training.openrlhf.cpu.install_cpu_patches`)."""
+    from training.openrlhf import cpu
+
     hooks.install_patches(PATCHES if patches is None else patches)
+    if patches is None and cpu.selected():
+        cpu.install_cpu_patches()
 
 
 def setup_worker() -> None:

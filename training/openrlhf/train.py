@@ -16,6 +16,7 @@ import sys
 
 from training.commands import invoked_as
 from training.openrlhf.command import OPENRLHF_MODULE, Plan, UsageError, dataset_lines, plan
+from training.packaged import prepare_packaged
 
 
 def describe(run_plan, python: str = "python") -> str:
@@ -56,7 +57,7 @@ def prepare(run_plan: Plan) -> None:
         run_plan.dataset_path.parent.mkdir(parents=True, exist_ok=True)
         run_plan.dataset_path.write_text("\n".join(dataset_lines(run_plan.tasks)) + "\n")
     os.environ.update(run_plan.runtime_env["env_vars"])
-    install_patches()
+    install_patches()  # and the CPU patches on --gigpo.device cpu
     import ray
 
     if not ray.is_initialized():
@@ -90,6 +91,29 @@ def model_commits(openrlhf_args: list[str]) -> dict[str, tuple[str, str | None]]
     return found
 
 
+def openrlhf_checked(run_plan: Plan, prog: str) -> int:
+    """OpenRLHF's own parser and checks on the run's command (:mod:`training.openrlhf.checks`),
+    reported as a comment line; exit status 2 with OpenRLHF's message when it refuses it.
+    Where OpenRLHF (or what it imports) is not installed, says the checks did not run."""
+    from training.openrlhf import cpu
+    from training.openrlhf.checks import OpenRLHFRefused, openrlhf_checks
+    from training.openrlhf.patch import check_openrlhf_version
+
+    try:
+        check_openrlhf_version()
+        if run_plan.runtime_env["env_vars"].get(cpu.DEVICE_ENV) == "cpu":
+            cpu.install_cpu_patches()  # flash-attn's padding helpers, where it is missing
+        lines = openrlhf_checks(run_plan.openrlhf_args)
+    except ImportError as exc:
+        print(f"# OpenRLHF's own checks: not run, it cannot be imported here ({exc})")
+        return 0
+    except (OpenRLHFRefused, RuntimeError) as exc:
+        print(f"{prog}: error: OpenRLHF 0.11.2 refuses the command: {exc}", file=sys.stderr)
+        return 2
+    print("\n".join(["# OpenRLHF's own checks: passed", *(f"# OpenRLHF: {x}" for x in lines)]))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     dry_run = "--dry-run" in argv
@@ -103,12 +127,14 @@ def main(argv: list[str] | None = None) -> int:
     for warning in run_plan.warnings:
         print(f"{prog}: warning: {warning}", file=sys.stderr)
     if dry_run:
-        print(describe(run_plan, sys.executable))
-        return 0
+        print(describe(run_plan, sys.executable), flush=True)
+        return openrlhf_checked(run_plan, prog)
 
     try:
+        for name, path in run_plan.packaged:  # tiny-random, smollm2: made here, no hub
+            prepare_packaged(name, path)
         models = model_commits(run_plan.openrlhf_args)
-    except FileNotFoundError as exc:  # training.hub.ModelNotFoundError: names the fetch
+    except (OSError, ValueError) as exc:  # ModelNotFoundError names the fetch; a bad folder
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return 2
     prepare(run_plan)

@@ -1,1 +1,1 @@
-"""Stand-in for flash-attn (CUDA kernels): the names OpenRLHF 0.11.2 imports, none usable."""
+"""flash-attn's padding helpers without its CUDA kernels (see ``flash_attn_cpu``)."""

@@ -1,4 +1,4 @@
-"""Stand-in for ``flash_attn.bert_padding``: its padding helpers, in plain torch.
+"""``flash_attn.bert_padding``: its padding helpers, in plain torch.
 
 OpenRLHF's ``--ds.packing_samples`` removes the padding of a batch before the model runs
 (``unpad_input``, ``index_first_axis``) and puts it back after (``pad_input``). These are

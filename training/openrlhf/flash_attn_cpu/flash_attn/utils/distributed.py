@@ -1,5 +1,5 @@
-"""Stand-in for ``flash_attn.utils.distributed``."""
+"""``flash_attn.utils.distributed``: imported by OpenRLHF's ring attention only."""
 
 
 def all_gather(*args, **kwargs):
-    raise NotImplementedError("flash_attn stand-in: flash-attn does not run on this machine")
+    raise NotImplementedError("flash-attn is not installed: ring attention needs it (GPUs)")
