@@ -14,7 +14,8 @@ While it runs the job (``ray job submit`` follows it to its end) the launcher ho
 folder is refused, naming the holder. ``--dry-run`` takes no lock and writes nothing.
 
 Environment: ``PYTHON`` (the interpreter the job runs, default this one), ``GPUS`` (GPUs per
-node, default 8), ``RAY_DASHBOARD`` (default ``http://127.0.0.1:8265``).
+node, default 8; on ``--gigpo.device cpu`` the slots Ray declares, each a process),
+``RAY_DASHBOARD`` (default ``http://127.0.0.1:8265``).
 """
 
 from __future__ import annotations
