@@ -54,11 +54,9 @@ def test_the_documented_commands_dry_run_passes_openrlhfs_own_checks(tmp_path):
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
-        # OpenRLHF's assertion: fewer sample batches than actor processes
-        (["--rollout.micro_batch_size", "64", "--train.micro_batch_size", "4",
-          "--actor.num_gpus_per_node", "8"],
-         "The number of sample batches must be greater than or equal to the effective number "
-         "of actor processes"),
+        # OpenRLHF's assertion, which the launcher's own checks do not make
+        (["--algo.advantage.is_correction_threshold", "1", "2", "3"],
+         "--algo.advantage.is_correction_threshold takes HIGH or LOW HIGH"),
         # OpenRLHF's parser: a misspelled flag of its own
         (["--actor.adam.lrr", "1e-3"], "unrecognized arguments: --actor.adam.lrr 1e-3"),
     ],
