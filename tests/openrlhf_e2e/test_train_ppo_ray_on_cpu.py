@@ -1,7 +1,7 @@
 """OpenRLHF 0.11.2's whole ``train_ppo_ray`` loop on this 2-core CPU, as a user runs it: the
 ``gigpo-openrlhf`` console script with docs/openrlhf.md's CPU command ("Try it on CPU
 first": the tiny random Qwen2 on NumberLine, 2 iterations, a checkpoint each), for GiGPO,
-then a run that resumes from its checkpoint, HGPO, and GraphGPO on a LoRA actor.
+then a run that resumes from its checkpoint under HGPO, and GraphGPO on a LoRA actor.
 
 What runs is OpenRLHF's, Ray's, DeepSpeed's and vLLM's: the first launch starts a local Ray
 head (``ray start``), the others join it, and each submits its job (``ray job submit``);
@@ -167,28 +167,23 @@ def test_the_actor_weights_moved_and_were_saved(gigpo_run):
     assert (run_dir / "ckpt" / "_actor" / "global_step2").is_dir()
 
 
-def test_a_resumed_run_goes_on_from_the_checkpoint(gigpo_run):
+def test_a_resumed_run_goes_on_from_the_checkpoint_with_hgpo(gigpo_run):
+    """The GiGPO run's checkpoint resumed for a second episode of the task set, under HGPO
+    (the estimator reads the batch, not the checkpoint): global steps 3 and 4, its rollout
+    files numbered on from the first run's (which stay), HGPO's levels in each record."""
     run_dir, _ = gigpo_run
-    output = launch(run_dir, "--ckpt.load_enable", "--train.num_episodes", "2")
+    first = rollouts(run_dir, 1)
+    output = launch(run_dir, "--ckpt.load_enable", "--train.num_episodes", "2",
+                    "--algo.advantage.estimator", "hgpo")  # fmt: skip
     steps = iterations(output)
     assert sorted(steps) == [3, 4], sorted(steps)  # the first episode's 2 steps are done
     for step in (3, 4):
         assert all(key in steps[step] for key in GIGPO_METRICS), sorted(steps[step])
-    header, rows = rollouts(run_dir, 2)
-    assert header["iteration"] == 2 and len(rows) == 12
-
-
-def test_hgpo_trains_two_iterations(tmp_path):
-    run_dir = tmp_path / "hgpo"
-    output = launch(run_dir, "--algo.advantage.estimator", "hgpo")
-    steps = iterations(output)
-    assert sorted(steps) == [1, 2]
-    for step in (1, 2):
-        assert all(key in steps[step] for key in GIGPO_METRICS), sorted(steps[step])
-    assert weight_updates(output) == [1, 2]
-    header, rows = rollouts(run_dir, 1)
-    assert header["estimator"] == "hgpo"
-    assert rows and all("hgpo_levels" in row for row in rows)
+    assert rollouts(run_dir, 1) == first  # not overwritten
+    for iteration in (2, 3):
+        header, rows = rollouts(run_dir, iteration)
+        assert header["iteration"] == iteration and header["estimator"] == "hgpo"
+        assert len(rows) == 12 and all("hgpo_levels" in row for row in rows)
 
 
 def test_graphgpo_with_lora_trains_the_adapters_and_the_engine_gets_merged_weights(tmp_path):
