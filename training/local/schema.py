@@ -311,7 +311,7 @@ def resolve_defaults(config: TrainConfig) -> TrainConfig:
     ``algo.estimator: hgpo`` an unset ``algo.history_length`` takes ``env.history_length``
     (verl-agent's one setting sets the prompt's window and HGPO's deepest level). Loading a
     config and starting a run both apply it, before the checks: ``config.json`` holds it."""
-    from training.local.engine import resolve_engine_settings
+    from training.local.engine_settings import resolve_engine_settings
 
     resolve_engine_settings(config)
     algo = config.algo
