@@ -11,6 +11,8 @@ from training.local.engine import VllmEngine, policy_weights
 from training.local.model import load_model, load_tokenizer
 from training.local.rollout import render_prompts
 
+pytestmark = pytest.mark.vllm
+
 MESSAGES = [
     [{"role": "user", "content": "You are at 2, the target is 0. Move: + or -"}],
     [{"role": "user", "content": "You are at 1, the target is 3. Move: + or -"}],

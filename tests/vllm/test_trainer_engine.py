@@ -9,6 +9,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.vllm
+
 #: The smoke config with a learning rate that moves the policy each iteration, float32 so
 #: that the engine's and the update's forward passes agree to float rounding.
 ARGS = ["--config", "smoke", "--rollout.engine=vllm", "--model.compute_dtype=float32",
