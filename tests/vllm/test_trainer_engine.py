@@ -13,10 +13,10 @@ import pytest
 
 pytestmark = pytest.mark.vllm
 
-#: The smoke config with a learning rate that moves the policy each iteration, float32 so
+#: The smoke config (its learning rate moves the policy each iteration) in float32, so
 #: that the engine's and the update's forward passes agree to float rounding.
 ARGS = ["--config", "smoke", "--rollout.engine=vllm", "--model.compute_dtype=float32",
-        "--optim.lr=1e-2", "--run.iterations=3", "--eval.every=0", "--run.progress=false",
+        "--optim.lr=1e-3", "--run.iterations=3", "--eval.every=0", "--run.progress=false",
         "--run.threads=2"]  # fmt: skip
 #: Runs the trainer with the engine's weight sync switched off (the stale engine).
 STALE = (

@@ -186,12 +186,14 @@ class VllmEngine:
         top_k: int = 0,
         stop_text: str = "",
         eos: list[int],
+        ignore_eos: bool = False,
     ) -> tuple[list[list[int]], list[list[float]]]:
         """Samples one response per prompt (B token id lists), as
         :func:`training.local.decoding.generate` returns them: the ids up to and including
         the first of ``eos`` (or the token completing ``stop_text``), at most
         ``max_new_tokens``, and each one's log-prob under the sampling distribution
-        (temperature 0: greedy, log-probs at temperature 1)."""
+        (temperature 0: greedy, log-probs at temperature 1). ``ignore_eos`` (benchmarks):
+        every response runs to ``max_new_tokens``."""
         import torch
         from vllm import SamplingParams, TokensPrompt
 
@@ -210,6 +212,7 @@ class VllmEngine:
                 seed=int(seed),
                 detokenize=bool(stop_text),
                 skip_special_tokens=True,
+                ignore_eos=ignore_eos,
             )
             for seed in seeds
         ]
