@@ -37,7 +37,7 @@ def _train(out: Path, *head: str) -> tuple[list[dict], str]:
 
 def test_the_smoke_run_on_vllm_keeps_the_log_prob_gap_at_rounding(tmp_path):
     rows, stderr = _train(tmp_path / "run", "-m", "training.local")
-    assert "training: engine vllm;" in stderr
+    assert "cores; engine vllm" in stderr
     assert json.loads((tmp_path / "run" / "config.json").read_text())["rollout"]["engine"] == "vllm"
     assert [row["iteration"] for row in rows] == [0, 1, 2]
     assert all(row["rollout_logp_gap_max"] < 1e-3 for row in rows), rows

@@ -104,10 +104,10 @@ def _train_held(config: TrainConfig) -> list[dict[str, Any]]:
     weights = (
         f"{dtype} base, {config.model.dtype} LoRA" if config.model.lora_rank else config.model.dtype
     )
-    print(f"training: engine {config.rollout.engine}; compute {dtype} ({why}); weights "
-          f"{weights}; torch threads "
+    print(f"training: compute {dtype} ({why}); weights {weights}; torch threads "
           f"{'fixed at ' if config.run.threads else 'chosen per iteration, now '}"
-          f"{threads.threads} of {threads.cores} cores", file=sys.stderr)  # fmt: skip
+          f"{threads.threads} of {threads.cores} cores; engine {config.rollout.engine}",
+          file=sys.stderr)  # fmt: skip
     # The memory plan, before any weight loads: a run that cannot fit stops here.
     capped = config.rollout.max_prompt_tokens > 0  # else the tokenizer counts a first prompt
     plan = run_plan(config, None if capped else resolve_model_path(config.model, out))
