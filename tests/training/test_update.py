@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 
 from training.local.batch import make_batch, token_log_probs
@@ -85,3 +86,34 @@ def test_gspo_update_equals_ppo_at_ratio_one_and_departs_after(tiny_model_dir):
     assert (weights["gspo", 1] - start).abs().max() > 1e-4  # it moved
     torch.testing.assert_close(weights["gspo", 1], weights["ppo", 1], atol=1e-6, rtol=1e-5)
     assert (weights["gspo", 3] - weights["ppo", 3]).abs().max() > 1e-4
+
+
+def test_truncated_importance_sampling_weights_the_policy_gradient(tiny_model_dir):
+    """``tis_cap`` (``rollout.tis_cap``) weights each token's clipped loss by
+    ``min(exp(old - sampler), cap)``: records whose sampler log-probs sit log(4) above the
+    update's own get weight 1/4 (a gradient 1/4 as long), log(4) below get 4, capped at 2;
+    sampler log-probs equal to the update's leave the step exactly as without the setting."""
+    tok, records = _rollout(tiny_model_dir)
+    advantages = np.linspace(-1.0, 1.0, len(records))
+    own = load_model(tiny_model_dir, "float32")
+    batch = make_batch(records, np.arange(len(records)), advantages, tok.pad_token_id)
+    with torch.no_grad():
+        fresh = token_log_probs(own, batch, 1.0)
+    exact = [fresh[i, batch.response_mask[i].bool()].tolist() for i in range(len(records))]
+    norms = {}
+    cases = (("plain", 0.0, 0.0), ("same", 0.0, 2.0), ("up", np.log(4), 2.0),
+             ("down", -np.log(4), 2.0), ("down-wide", -np.log(4), 8.0))  # fmt: skip
+    for name, shift, cap in cases:
+        records.old_log_probs = [np.asarray(lp) + shift for lp in exact]
+        model = load_model(tiny_model_dir, "float32")
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        stats = policy_update(model, None, optimizer, records, advantages,
+                              AlgoConfig(minibatch_size=len(records)), pad_id=tok.pad_token_id,
+                              temperature=1.0, max_grad_norm=1e6, recompute=True, tis_cap=cap,
+                              generator=np.random.default_rng(0))  # fmt: skip
+        norms[name] = stats["grad_norm"]
+        assert stats["rollout_logp_gap"] == pytest.approx(abs(shift), abs=1e-5)
+    assert norms["same"] == pytest.approx(norms["plain"], rel=1e-6)
+    assert norms["up"] == pytest.approx(norms["plain"] / 4, rel=1e-4)
+    assert norms["down"] == pytest.approx(norms["plain"] * 2, rel=1e-4)
+    assert norms["down-wide"] == pytest.approx(norms["plain"] * 4, rel=1e-4)

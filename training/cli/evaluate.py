@@ -57,6 +57,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--top-p", type=float, default=None, help="default 1.0 (or the suite's)")
     parser.add_argument("--prompt", choices=PROMPTS, default="template")
     parser.add_argument("--max-new-tokens", type=int, default=None)
+    parser.add_argument("--engine", choices=("hf", "vllm"), default=None,
+                        help="who generates (rollout.engine; default hf)")  # fmt: skip
     parser.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE)
     parser.add_argument(
         "--out",
@@ -92,6 +94,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     args, overrides = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
     given = [d for d, v in vars(args).items() if v != parser.get_default(d)] + overrides[:1]
+    if args.engine is not None:  # the config's key, as the trainer's flag sets it
+        overrides = [*overrides, f"--rollout.engine={args.engine}"]
     if args.list_suites or args.compare:
         if others := [d for d in given if d not in ("list_suites", "compare")]:
             parser.error(f"--list-suites and --compare take no {_flag(others[0])}")

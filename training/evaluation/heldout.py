@@ -124,7 +124,11 @@ def prompt_config(config: TrainConfig, settings: EvalSettings) -> TrainConfig:
 
 
 def play(
-    model: Any, tokenizer: Any, config: TrainConfig, settings: EvalSettings
+    model: Any,
+    tokenizer: Any,
+    config: TrainConfig,
+    settings: EvalSettings,
+    model_dir: Path | None = None,
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Plays ``settings.episodes`` held-out tasks with the trainer's own
     :func:`training.local.play.play_heldout` (same seeds, same measures, the same compute
@@ -133,6 +137,8 @@ def play(
 
     Args:
         config: the env, prompt and rollout settings (already :func:`prompt_config`'d).
+        model_dir: the base model's folder, which a ``rollout.engine: vllm`` engine is
+            built on before ``model``'s weights are loaded into it (:func:`eval_engine`).
 
     Returns:
         ``(summary, episodes)``: the numbers of ``summary.json`` and one dict per episode
@@ -144,6 +150,7 @@ def play(
 
     settings.check()
     with compute_setup(config, model):
+        engine = eval_engine(config, model, model_dir)
         torch.manual_seed(config.run.seed)
         return play_heldout(
             model,
@@ -153,7 +160,24 @@ def play(
             temperature=settings.temperature,
             top_p=settings.top_p,
             batch_size=settings.batch_size,
+            engine=engine,
         )
+
+
+def eval_engine(config: TrainConfig, model: Any, model_dir: Path | None) -> Any:
+    """Under ``rollout.engine: vllm`` (``--engine vllm``) a vLLM engine built on the base
+    model in ``model_dir`` and holding ``model``'s weights (a run's checkpoint, LoRA merged:
+    :func:`training.local.engine.policy_weights`); else None (the hf engine)."""
+    from training.local.engine import build_engine
+    from training.local.engine_settings import resolve_engine
+    from training.local.precision import resolve_compute_dtype
+
+    if resolve_engine(config.rollout.engine) != "vllm" or model_dir is None:
+        return None
+    dtype, _ = resolve_compute_dtype(config.model.compute_dtype, config.model.device)
+    engine = build_engine(config, model_dir, dtype)
+    engine.sync(model)
+    return engine
 
 
 @contextlib.contextmanager
@@ -253,7 +277,8 @@ def evaluate_heldout(
             trained = load_policy(model, config, out)
         except (FileNotFoundError, RuntimeError, ValueError) as exc:
             raise ModelError(str(exc)) from exc
-        summary, episodes = play(trained.policy, trained.tokenizer, config, settings)
+        summary, episodes = play(trained.policy, trained.tokenizer, config, settings,
+                                 trained.source.path)  # fmt: skip
         summary = {
             "model": model,
             **evaluated(trained),
@@ -265,6 +290,7 @@ def evaluate_heldout(
             "temperature": settings.temperature,
             "top_p": settings.top_p if settings.temperature > 0 else 1.0,
             "max_new_tokens": config.rollout.max_new_tokens,
+            "engine": config.rollout.engine,
             **summary,
         }
         rows = "".join(json.dumps(row) + "\n" for row in episodes)

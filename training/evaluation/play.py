@@ -94,6 +94,7 @@ def play_suite(
     batch_size: int,
     progress: Callable[[int], None] | None = None,
     commit: str = "",
+    engine: Any = None,
 ) -> list[dict[str, Any]]:
     """Plays the ``selected`` tasks not yet in ``out / "episodes.jsonl"``, appending rows.
 
@@ -106,6 +107,7 @@ def play_suite(
         progress: called with the number of tasks already done, then after each batch with
             the number it played.
         commit: the code's version (:func:`code_version`), written into each new row.
+        engine: the vLLM engine that samples (``--engine vllm``); None: the hf engine.
 
     Returns:
         The episode rows of the selected tasks (earlier runs' and this one's), in order.
@@ -135,7 +137,7 @@ def play_suite(
         try:
             rollout = play(
                 model, tokenizer, envs, part_config, seed=[tasks[i]["seed"] for i in chunk],
-                sampling=(temperature, top_p if temperature > 0 else 1.0, 0),
+                sampling=(temperature, top_p if temperature > 0 else 1.0, 0), engine=engine,
             )  # fmt: skip
         finally:
             envs.close()

@@ -31,6 +31,7 @@ from training.evaluation.heldout import (
     EvalSettings,
     compute_setup,
     eval_config,
+    eval_engine,
     evaluated,
     load_policy,
     prompt_config,
@@ -213,6 +214,7 @@ def evaluate_suite(args: SuiteRequest) -> str:
                     temperature=run["temperature"], top_p=run["top_p"],
                     group_size=run["group_size"], batch_size=run["batch_size"],
                     progress=bar.update, commit=commit,
+                    engine=eval_engine(config, policy, trained.source.path),
                 )  # fmt: skip
         finally:
             bar.close()

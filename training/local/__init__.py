@@ -22,7 +22,10 @@ first: the loop, top to bottom (``from training.local.train import train``).
   :mod:`~training.local.play`: playing them; :mod:`~training.local.rollout`: batched
   generation and env steps into step records (:mod:`~training.local.decoding`: sampling
   and the sampled tokens' log-probs in bounded memory, the static cache);
-  :mod:`~training.local.prefix`: running a shared prompt start once.
+  :mod:`~training.local.prefix`: running a shared prompt start once;
+  :mod:`~training.local.engine`: vLLM as the engine instead, in this process, the
+  policy's weights loaded into it after each update (:mod:`~training.local.engine_settings`:
+  ``rollout.engine``'s values, ``auto`` resolved).
 - :mod:`~training.local.batch`: step records as token tensors (in micro-batches of a token
   budget) and their log-probs; :mod:`~training.local.policy`: the policy update every
   estimator runs.

@@ -34,12 +34,14 @@ def validate(config: TrainConfig, *, check_device: bool = True, check_files: boo
             (False: a dry run, which needs neither; it checks the env's id only, and
             :func:`env_problem` says what it could not check).
     """
+    from training.local.engine import check_engine
     from training.local.memory import free_memory_override
     from training.local.model_checks import check_model
 
     free_memory_override()  # a bad $GIGPO_FREE_MEMORY_GIB is named at load, not at the plan
     _check_algo(config)
     _check_ranges(config)
+    check_engine(config)
     _check_limits(config)
     _check_run_dir(config)
     if check_device:

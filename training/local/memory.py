@@ -153,6 +153,13 @@ def plan_memory(config: TrainConfig, shape: ModelShape, prompt_tokens: int) -> M
     else:  # the prompt pass (the cache holds the prompts only) or a decoding step (all of it)
         transient = max(prompt_pass - rows * new * kv, _decode_step(s, rows))
         plan.generation = {"kv_cache": rows * length * kv, "transient": transient}
+    if config.rollout.engine == "vllm":  # vLLM's own weights (compute dtype) and cache
+        # on a CPU its cache is rollout.engine_cache_gib; on a GPU it takes
+        # rollout.gpu_memory_utilization of the device and sleeps through the update (its
+        # weights to host memory, its cache freed): only its weights are counted here
+        cache = config.rollout.engine_cache_gib * GIB if device == "cpu" else 0
+        plan.resident["engine"] = s.parameters * c + cache
+        plan.generation = {"kv_cache": 0, "transient": _decode_step(s, rows)}
     tokens = micro * length
     per_layer = _layer_activations(s, c, autocast)
     scores = s.layers * _scores(s, micro, length, device, compute)

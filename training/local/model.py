@@ -50,6 +50,8 @@ def model_source(config: ModelConfig, out: Path) -> ResolvedModel:
             "vocab_size": config.tiny_vocab_size,
             "warmup_steps": config.tiny_warmup_steps,
         }
+        if config.tiny_head_dim not in (None, 16):  # recorded only where it is not 16
+            settings["head_dim"] = config.tiny_head_dim
         # Rebuilt when absent, cut short by a crash (no marker file), or built with other
         # settings; a build is deterministic (seed 0), so a rebuilt model is the same model.
         if tiny_model_settings(directory) != {**settings, "seed": 0}:

@@ -54,9 +54,11 @@ def play(
     *,
     seed: int | list[int],
     sampling: tuple[float, float, int] | None = None,
+    engine: Any = None,
 ) -> Rollout:
     """:func:`collect` with the run's rollout settings; ``sampling`` is
-    ``(temperature, top_p, top_k)`` in place of the run's ``rollout`` ones."""
+    ``(temperature, top_p, top_k)`` in place of the run's ``rollout`` ones; ``engine``: the
+    vLLM engine that samples (None: the hf engine, :mod:`training.local.engine`)."""
     r = config.rollout
     temperature, top_p, top_k = sampling or (r.temperature, r.top_p, r.top_k)
     return collect(
@@ -73,11 +75,16 @@ def play(
         share_prefix=config.model.share_prefix,
         max_prompt_tokens=r.max_prompt_tokens,
         cache=r.cache,
+        engine=engine,
     )
 
 
 def evaluate_heldout(
-    model: Any, tokenizer: Any, config: TrainConfig, split: TaskSplit | None = None
+    model: Any,
+    tokenizer: Any,
+    config: TrainConfig,
+    split: TaskSplit | None = None,
+    engine: Any = None,
 ) -> dict[str, float]:
     """Success rate, mean return and valid-action rate on held-out tasks (one rollout each,
     the same tasks every time; never trained on: see :mod:`training.local.tasks`), played
@@ -92,6 +99,7 @@ def evaluate_heldout(
         temperature=config.eval.temperature,
         batch_size=config.eval.groups,
         split=split,
+        engine=engine,
     )
     return {
         "eval_success_rate": summary["success_rate"],
@@ -110,6 +118,7 @@ def play_heldout(
     top_p: float = 1.0,
     batch_size: int = 32,
     split: TaskSplit | None = None,
+    engine: Any = None,
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Plays the first ``episodes`` held-out tasks of the config, one rollout each, and
     measures them. The trainer's evaluation and ``gigpo-evaluate`` both call it.
@@ -120,6 +129,7 @@ def play_heldout(
         temperature: 0 decodes greedily; top-p applies only when sampling; no top-k.
         batch_size: episodes generated at once.
         split: the run's task split (built from the config and closed again when None).
+        engine: the vLLM engine that samples (None: the hf engine).
 
     Returns:
         ``(summary, episodes)``: ``success_rate`` with its 95% Wilson interval
@@ -149,6 +159,7 @@ def play_heldout(
                 config,
                 seed=chunk,
                 sampling=(temperature, top_p if temperature > 0 else 1.0, 0),
+                engine=engine,
             )
         finally:
             envs.close()

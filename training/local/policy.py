@@ -91,6 +91,9 @@ def policy_loss(
             clip_low=algo.clip_low,
             clip_high=algo.clip_high,
         )
+    tis = batch.targets.get("tis_weights")  # rollout.tis_cap: the engine's log-probs' weights
+    if tis is not None:
+        per_token = per_token * tis
     stats: dict[str, Any] = {}
     if ref_log_probs is not None and algo.kl_coef > 0:
         kl = kl_penalty(log_probs, ref_log_probs, estimator=algo.kl_estimator)
@@ -132,19 +135,29 @@ def minibatch_plan(n: int, minibatch_size: int, epochs: int, generator: Any) -> 
 
 
 class _LogProbGap:
-    """The running mean and max of |sampler - update| log-prob over response tokens."""
+    """The running mean and max of |sampler - update| log-prob over response tokens; with
+    ``tis_cap`` > 0 each batch also gets its truncated importance weights."""
 
-    def __init__(self) -> None:
+    def __init__(self, tis_cap: float = 0.0) -> None:
         self.total, self.count, self.largest = 0.0, 0, 0.0
+        self.tis_cap = tis_cap
 
     def take(self, batch: TokenBatch, fresh: Any) -> None:
         """Counts ``fresh`` (B, L - 1) against the batch's sampler log-probs, then makes
-        them the batch's ``old_log_probs``."""
-        gap = (fresh - batch.old_log_probs).abs()[batch.response_mask.bool()]
+        them the batch's ``old_log_probs``; with ``tis_cap``, ``batch.targets["tis_weights"]``
+        is ``min(exp(fresh - sampler), tis_cap)`` on the response tokens (verl's token-level
+        truncated importance sampling; TRL's ``vllm_importance_sampling_cap``)."""
+        import torch
+
+        mask = batch.response_mask
+        gap = (fresh - batch.old_log_probs).abs()[mask.bool()]
         if gap.numel():
             self.total, self.count = self.total + float(gap.sum()), self.count + gap.numel()
             self.largest = max(self.largest, float(gap.max()))
-        batch.old_log_probs = fresh * batch.response_mask
+        if self.tis_cap:
+            weights = torch.exp((fresh - batch.old_log_probs) * mask).clamp(max=self.tis_cap)
+            batch.targets["tis_weights"] = weights * mask
+        batch.old_log_probs = fresh * mask
 
     def stats(self) -> dict[str, float]:
         return {
@@ -204,6 +217,8 @@ def policy_update(
     critic: Any = None,
     critic_optimizer: Any = None,
     compute_dtype: str = "float32",
+    recompute: bool = False,
+    tis_cap: float = 0.0,
 ) -> dict[str, float]:
     """``algo.policy_epochs`` passes over minibatches of step records
     (:func:`minibatch_plan`); one optimizer step on :func:`policy_loss` each.
@@ -227,6 +242,10 @@ def policy_update(
     recomputed before the first step (:func:`recompute_old_log_probs`), except the first
     minibatch's, which its own step's forward passes give (the policy has not moved yet).
 
+    ``recompute`` (the vllm engine's records): the same recomputation in any dtype, the
+    records' log-probs being the engine's; ``tis_cap`` > 0 weights each token's clipped loss
+    by ``min(exp(old - engine log-prob), tis_cap)`` (``rollout.tis_cap``).
+
     With ``critic_targets`` (``algo.estimator: ppo``) the policy reads their per-token
     advantages, and the critic takes one step on the clipped value loss after each policy
     step, on the same micro-batches (:func:`~training.local.critic.critic_step`).
@@ -234,7 +253,8 @@ def policy_update(
     Returns:
         Mean loss, clip fraction, entropy, KL (when on) and gradient norm over the
         minibatches; with a critic also ``value_loss``, ``value_clip_frac`` and
-        ``critic_grad_norm``; under bfloat16 also ``rollout_logp_gap`` (and its max);
+        ``critic_grad_norm``; under bfloat16 or ``recompute`` also ``rollout_logp_gap``
+        (and its max);
         ``micro_batches``, the forward passes a step ran, on average.
     """
     import torch
@@ -257,8 +277,8 @@ def policy_update(
     # step's own forward passes give its minibatch's, so that one is not run twice).
     kept: dict[int, list[TokenBatch]] = {}
     gap: _LogProbGap | None = None
-    if compute_dtype == "bfloat16" and plan:
-        gap = _LogProbGap()
+    if (compute_dtype == "bfloat16" or recompute or tis_cap) and plan:
+        gap = _LogProbGap(tis_cap)
         kept = {id(rows): make(rows) for rows in plan}
         later = [batch for key, batches in kept.items() if key != id(plan[0]) for batch in batches]
         recompute_old_log_probs(model, later, temperature, compute_dtype, gap)

@@ -89,6 +89,7 @@ def collect(
     share_prefix: bool = False,
     max_prompt_tokens: int = 0,
     cache: str = "dynamic",
+    engine: Any = None,
 ) -> Rollout:
     """Plays one episode in every sub-environment; returns the step records.
 
@@ -111,6 +112,9 @@ def collect(
             ``max_prompt_tokens``: its cache holds ``num_envs`` rows of
             ``max_prompt_tokens + max_new_tokens`` tokens, every turn the same shape;
             :func:`generate` refuses a cache too short for a prompt).
+        engine: a :class:`training.local.engine.VllmEngine` holding ``model``'s weights,
+            which then samples (``share_prefix`` and ``cache`` are the hf engine's); None:
+            :func:`generate` with ``model``.
     """
     num_envs = envs.num_envs
     records = StepRecords()
@@ -138,20 +142,15 @@ def collect(
         )
         if max_prompt_tokens:
             check_prompt_lengths(prompts, max_prompt_tokens, [envs.group_ids[i] for i in active])
-        response_ids, log_probs = generate(
-            model,
-            tokenizer,
-            prompts,
-            max_new_tokens=max_new_tokens,
-            temperature=temperature,
-            top_p=top_p,
-            top_k=top_k,
-            stop_text=stop_text,
-            share_prefix=share_prefix,
-            cache=cache,
-            rows=num_envs,
-            cache_length=max_prompt_tokens + max_new_tokens,
-        )
+        sampler = dict(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
+                       top_k=top_k, stop_text=stop_text)  # fmt: skip
+        if engine is not None:
+            response_ids, log_probs = engine.generate(prompts, eos=sorted(ends), **sampler)
+        else:
+            response_ids, log_probs = generate(
+                model, tokenizer, prompts, share_prefix=share_prefix, cache=cache,
+                rows=num_envs, cache_length=max_prompt_tokens + max_new_tokens, **sampler,
+            )  # fmt: skip
         texts = [
             response_prefix + text
             for text in tokenizer.batch_decode(response_ids, skip_special_tokens=True)

@@ -80,12 +80,10 @@ class ModelConfig:
     device: str = "cpu"
     """torch device of the policy and the reference (``cpu``, ``cuda``, ``cuda:1``)."""
     gradient_checkpointing: bool = field(default=False, metadata=RESUMABLE)
-    """Keep only each decoder layer's input through the update's forward pass and recompute
-    the rest during the backward pass (transformers' gradient checkpointing, non-reentrant):
-    ~1/3 more compute, a fraction of the activation memory (16 rows x 2,560 tokens of a 1.5B
-    model: 36.6 GiB instead of out of memory on a 139 GiB GPU). The update's forward passes
-    with a gradient then run every row in full: a recomputed layer drops any key/value cache,
-    so ``model.share_prefix`` holds for generation and the no-gradient passes only."""
+    """Recompute each decoder layer in the backward pass (transformers' non-reentrant
+    checkpointing): ~1/3 more compute, a fraction of the activation memory (16 x 2,560 tokens
+    of a 1.5B model: 36.6 GiB, not out of memory on 139 GiB); ``model.share_prefix`` then
+    holds for generation and the no-gradient passes only (a recomputed layer drops a cache)."""
     trainable_layers: int = 0
     """Train only the last this many decoder layers and the final norm (0: every weight).
     Backpropagation then stops early: the update of a 135M model on CPU runs ~2x faster."""
@@ -98,6 +96,8 @@ class ModelConfig:
     tiny_vocab_size: int = 400
     tiny_warmup_steps: int = 0
     """Supervised steps that teach the random model the action tags (see tiny_model.py)."""
+    tiny_head_dim: int | None = None
+    """Its head size (16, 32, 64; unset: 16, under ``rollout.engine: vllm`` 32)."""
 
 
 @dataclass
@@ -130,8 +130,7 @@ class RolloutConfig:
     top_p: float = 1.0
     top_k: int = 0
     response_prefix: str = ""
-    """Prefilled start of each response (e.g. ``"<action>"``): part of the prompt, read by
-    the environment together with what the model writes after it."""
+    """Prefilled start of each response (``"<action>"``): part of the prompt and the action."""
     stop_text: str = ""
     """A response ends once it has written this text (e.g. ``"</action>"``), or at EOS."""
     max_prompt_tokens: int = 0
@@ -139,11 +138,20 @@ class RolloutConfig:
     naming this key, never a silent cut; the memory plan (``--dry-run``) sizes generation and
     the update with it (the paper's ALFWorld runs: 2,048)."""
     cache: str = "dynamic"
-    """The key/value cache of generation: ``dynamic`` (transformers' default, grown as
-    decoding goes) or ``static`` (preallocated for every env x ``max_prompt_tokens +
-    max_new_tokens``, the same shape every turn, which transformers compiles its decoding
-    step for on a GPU, once a run: about 2x the tokens/s there once compiled, ~50 s to
-    compile; needs ``max_prompt_tokens``; no shared prefix in generation)."""
+    """The hf engine's key/value cache: ``dynamic`` (grown as decoding goes) or ``static``
+    (every env x ``max_prompt_tokens + max_new_tokens``, one shape, its decoding step compiled
+    on a GPU once a run: ~2x the tokens/s, ~50 s to compile; no shared prefix)."""
+    engine: str = "hf"
+    """Who generates: ``hf`` (transformers), ``vllm`` (vLLM in this process, the policy's
+    weights loaded into it after each update; training/local/engine.py) or ``auto`` (vllm
+    where installed, else hf; the run's ``config.json`` records the one that ran)."""
+    tis_cap: float = 0.0
+    """vllm's truncated importance sampling (0: off; e.g. 2): each token's loss weighted by
+    ``min(exp(old - engine log-prob), tis_cap)``."""
+    gpu_memory_utilization: float = 0.3
+    """vllm on a GPU: its share of the memory (weights + cache)."""
+    engine_cache_gib: int = 1
+    """vllm on a CPU: its key/value cache, GiB."""
 
 
 @dataclass
@@ -298,12 +306,14 @@ RENAMED_VALUES = {"run.tensorboard": _tensorboard_as_report_to}
 
 
 def resolve_defaults(config: TrainConfig) -> TrainConfig:
-    """Fills in, in place, the settings whose default is another section's value; returns
-    ``config``. One so far: under ``algo.estimator: hgpo``, an unset ``algo.history_length``
-    takes ``env.history_length`` (verl-agent's one ``env.history_length`` sets both the
-    prompt's window and HGPO's deepest level, so the hierarchy matches what the policy saw).
-    Loading a config and starting a run both apply it, before the checks, so the value a
-    run used is the one its ``config.json`` holds."""
+    """Fills in, in place, the settings whose default is another section's value or this
+    machine's; returns ``config``: ``rollout.engine: auto`` becomes the engine that runs; under
+    ``algo.estimator: hgpo`` an unset ``algo.history_length`` takes ``env.history_length``
+    (verl-agent's one setting sets the prompt's window and HGPO's deepest level). Loading a
+    config and starting a run both apply it, before the checks: ``config.json`` holds it."""
+    from training.local.engine_settings import resolve_engine_settings
+
+    resolve_engine_settings(config)
     algo = config.algo
     if algo.estimator == "hgpo" and algo.history_length is None:
         history = config.env.history_length

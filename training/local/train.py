@@ -24,6 +24,7 @@ from training.local.allocator import keep_freed_memory
 from training.local.checkpoint import load_checkpoint, save_checkpoint
 from training.local.checks import validate
 from training.local.critic import ppo_targets
+from training.local.engine import build_engine
 from training.local.memory import check_fits, free_memory, run_plan
 from training.local.metrics import MetricsLog, iteration_row, plot_curves, read_metrics
 from training.local.model import (
@@ -105,7 +106,8 @@ def _train_held(config: TrainConfig) -> list[dict[str, Any]]:
     )
     print(f"training: compute {dtype} ({why}); weights {weights}; torch threads "
           f"{'fixed at ' if config.run.threads else 'chosen per iteration, now '}"
-          f"{threads.threads} of {threads.cores} cores", file=sys.stderr)  # fmt: skip
+          f"{threads.threads} of {threads.cores} cores; engine {config.rollout.engine}",
+          file=sys.stderr)  # fmt: skip
     # The memory plan, before any weight loads: a run that cannot fit stops here.
     capped = config.rollout.max_prompt_tokens > 0  # else the tokenizer counts a first prompt
     plan = run_plan(config, None if capped else resolve_model_path(config.model, out))
@@ -118,6 +120,7 @@ def _train_held(config: TrainConfig) -> list[dict[str, Any]]:
     models = load_models(config, out)
     model, tokenizer, critic = models.policy, models.tokenizer, models.critic
     prepare_models(dtype, config.model.device, model, models.separate_reference(), critic)
+    engine = build_engine(config, resolve_model_path(config.model, out), dtype)
     envs = config_envs(config, config.env.num_groups, config.env.group_size)
     split = task_split(config)
 
@@ -127,6 +130,8 @@ def _train_held(config: TrainConfig) -> list[dict[str, Any]]:
     start = 0
     if config.run.resume:
         start = load_checkpoint(out, generator=generator, **models.state()) or 0
+    if engine is not None and start:  # the engine holds the checkpoint's weights
+        engine.sync(model)
     log = MetricsLog(out, completed=start)
     trackers = open_trackers(config, out, completed=start)
     prune_rollouts(out, completed=start)
@@ -136,10 +141,11 @@ def _train_held(config: TrainConfig) -> list[dict[str, Any]]:
         tick = time.perf_counter()
         threads.update()
         with compute(dtype, config.model.device):
-            rollout = play(
-                model, tokenizer, envs, config, seed=train_seeds(config, iteration, split)
-            )
+            rollout = play(model, tokenizer, envs, config,
+                           seed=train_seeds(config, iteration, split), engine=engine)  # fmt: skip
         records = rollout.records
+        if engine is not None:
+            engine.sleep()  # on a GPU: its memory to the update
 
         adv_tick = time.perf_counter()
         groups = step_groups(records, config.algo)  # once an iteration, for every estimator
@@ -176,7 +182,11 @@ def _train_held(config: TrainConfig) -> list[dict[str, Any]]:
             critic=critic,
             critic_optimizer=models.critic_optimizer,
             compute_dtype=dtype,
+            recompute=engine is not None,
+            tis_cap=config.rollout.tis_cap,
         )
+        if engine is not None:  # the next rollout samples the updated policy
+            stats["time_sync"] = engine.sync(model)
         if targets is not None:
             stats.update(targets.stats)
         check_finite(model, critic, iteration)
@@ -191,7 +201,7 @@ def _train_held(config: TrainConfig) -> list[dict[str, Any]]:
         done = iteration + 1
         if _after(done, config.eval.every, config.run.iterations):
             with compute(dtype, config.model.device):
-                row.update(evaluate_heldout(model, tokenizer, config, split))
+                row.update(evaluate_heldout(model, tokenizer, config, split, engine))
         row["time_iteration"] = time.perf_counter() - tick
         log.write(row)
         trackers.write(row)
