@@ -289,7 +289,7 @@ def train_one_step(
         trainer = BasePPOTrainer(
             strategy, InProcessGroup(policy), critic, None, reference, None, tokenizer
         )
-        status, _ = trainer.train_step(samples, 1)
+        status, _ = trainer.train_step(samples, 0)  # global step 0: the first, as fit starts
         after = policy.forward(probe.sequences, probe.action_mask, probe.attention_mask)
         steps[0]["status"] = status
         out = {"policy_moved": float((after - before).abs().max())}
