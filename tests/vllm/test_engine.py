@@ -176,3 +176,18 @@ def test_a_tied_lm_head_follows_the_embeddings_it_shares(tiny_vllm_dir, tmp_path
     responses, log_probs = _sample(tied, model, tok)
     gap = _gap(log_probs, _model_log_probs(model, _prompts(tok), responses))
     assert stale > 0.5 and gap < 0.05, (stale, gap)
+
+
+def test_building_the_engine_leaves_the_trainers_threads_alone(tiny_vllm_dir, monkeypatch):
+    """vLLM's CPU worker sets torch's threads to 1 for serving when OMP_NUM_THREADS is unset
+    and makes torch.set_num_threads a no-op; built in the trainer's process, the engine
+    puts both back (the update keeps its cores, run.threads keeps working)."""
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    real = torch.set_num_threads
+    torch.set_num_threads(2)
+    VllmEngine(tiny_vllm_dir, dtype="float32", seed=0, max_model_len=256)
+    assert torch.get_num_threads() == 2
+    assert torch.set_num_threads is real
+    torch.set_num_threads(1)
+    assert torch.get_num_threads() == 1
+    torch.set_num_threads(2)

@@ -177,8 +177,13 @@ class VllmEngine:
                 kwargs["max_num_batched_tokens"] = max(max_model_len, 2048)
         else:
             kwargs.update(gpu_memory_utilization=gpu_memory_utilization, enable_sleep_mode=sleep)
+        import torch
         from vllm import LLM
 
+        # vLLM's CPU worker, built in this process, sets torch's threads to 1 "for serving"
+        # (unless OMP_NUM_THREADS is set) and replaces torch.set_num_threads with a no-op:
+        # the trainer's update would run on one core, deaf to run.threads. Both are put back.
+        set_num_threads, threads = torch.set_num_threads, torch.get_num_threads()
         self.device = device
         self.sleeping = False
         self.can_sleep = sleep and not cpu
@@ -194,6 +199,8 @@ class VllmEngine:
             enforce_eager=cpu,
             **(kwargs | engine_args),
         )
+        torch.set_num_threads = set_num_threads
+        torch.set_num_threads(threads)
 
     def generate(
         self,
