@@ -185,6 +185,7 @@ class VllmEngine:
         # the trainer's update would run on one core, deaf to run.threads. Both are put back.
         set_num_threads, threads = torch.set_num_threads, torch.get_num_threads()
         self.device = device
+        self.dtype = getattr(torch, dtype)
         self.sleeping = False
         self.can_sleep = sleep and not cpu
         self.llm = LLM(
@@ -261,7 +262,9 @@ class VllmEngine:
 
         tick = time.perf_counter()
         self.wake()
-        self.llm.collective_rpc(_reload, args=(policy_weights(model),))
+        # in the engine's dtype (the trainer may keep float32 weights under bfloat16 compute)
+        weights = ((name, t.to(self.dtype)) for name, t in policy_weights(model))
+        self.llm.collective_rpc(_reload, args=(weights,))
         self.llm.reset_prefix_cache()
         return time.perf_counter() - tick
 
