@@ -1,5 +1,6 @@
 """tests/verl: the verl plugin against verl 0.9.1's real code (``tox -e verl``, which installs
-``gigpo[verl]``; the py env ignores this folder). Every test here is marked ``verl``."""
+``gigpo[verl]``; the py env ignores this folder). Every test here is
+marked ``verl`` (by tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -10,13 +11,6 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-HERE = Path(__file__).resolve().parent
-
-
-def pytest_collection_modifyitems(config, items):
-    for item in items:
-        if HERE in Path(item.path).parents:
-            item.add_marker(pytest.mark.verl)
 
 
 @pytest.fixture(scope="session")
