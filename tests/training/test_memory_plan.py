@@ -325,3 +325,43 @@ def test_the_vllm_engine_is_counted_instead_of_the_hf_generation(tmp_path):
     assert "engine" not in hf.resident and hf.generation["kv_cache"] > 0
     assert vllm.generation["kv_cache"] == 0
     assert vllm.update == hf.update
+
+
+def test_on_a_gpu_the_vllm_engine_takes_its_share_while_it_generates_and_sleeps_after(tmp_path):
+    """On a GPU the engine holds ``rollout.gpu_memory_utilization`` of the device while it
+    generates (vLLM's weights, activations and cache) and nothing through the update (asleep:
+    weights in host memory, cache freed); with the device's size unknown, its weights."""
+    base = [f"--out={tmp_path}/run", "--model.device=cuda", "--model.compute_dtype=bfloat16",
+            "--rollout.max_prompt_tokens=2048", "--rollout.max_new_tokens=512",
+            "--algo.micro_batch_tokens=2560", "--model.gradient_checkpointing=true"]  # fmt: skip
+    hf = plan_memory(load_config("smoke", base, check_device=False), QWEN15, 2048)
+    config = load_config("smoke", [*base, "--rollout.gpu_memory_utilization=0.4"],
+                         check_device=False)  # fmt: skip
+    config.rollout.engine = "vllm"
+    vllm = plan_memory(config, QWEN15, 2048, device_memory=80 * GIB)
+    assert vllm.generation["engine"] == 32 * GIB and vllm.generation["kv_cache"] == 0
+    assert "engine" not in vllm.resident and vllm.update == hf.update
+    assert vllm.update_peak == hf.update_peak
+    assert (
+        vllm.generation_peak
+        == sum(vllm.resident.values()) + 32 * GIB + vllm.generation["transient"]
+    )
+    unknown = plan_memory(config, QWEN15, 2048)
+    assert unknown.generation["engine"] == QWEN15.parameters * 2
+    assert unknown.sizes["engine"] == "weights" and "80.00 GiB" in vllm.sizes["engine"]
+    # A share that leaves the trainer too little is refused at load (exit 2), naming it.
+    config.rollout.gpu_memory_utilization = 0.9
+    with pytest.raises(ConfigError, match=r"the vllm engine's\).*rollout.gpu_memory_util"):
+        check_fits(plan_memory(config, QWEN15, 2048, device_memory=80 * GIB), 80 * GIB)
+
+
+def test_a_dry_run_for_a_gpu_elsewhere_plans_the_engines_share_of_it(tmp_path, monkeypatch):
+    from training.local.memory import run_plan
+
+    monkeypatch.setenv("GIGPO_FREE_MEMORY_GIB", "79")
+    args = [f"--out={tmp_path}/run", "--model.device=cuda", "--rollout.max_prompt_tokens=512",
+            "--rollout.gpu_memory_utilization=0.5"]  # fmt: skip
+    config = load_config("smoke", args, check_device=False)
+    config.rollout.engine = "vllm"
+    plan = run_plan(config, None)
+    assert plan.generation["engine"] == int(0.5 * 79 * GIB)

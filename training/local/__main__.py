@@ -113,6 +113,10 @@ def dry_run(config: TrainConfig) -> int:
         )
     if m.name_or_path not in PACKAGED_MODELS and model_dir is None:
         unchecked.append(f"the model's weights and tokenizer ({m.name_or_path} is not loaded)")
+    if plan.sizes.get("engine") == "weights":
+        unchecked.append("the vllm engine's share of the GPU (rollout.gpu_memory_utilization of "
+                         "its memory, unknown here: $GIGPO_FREE_MEMORY_GIB gives it); its "
+                         "weights are counted")  # fmt: skip
     print("\n".join(plan.lines()))
     print(json.dumps(plan.to_dict()))
     print(f"model config: {plan.model_config}")

@@ -93,9 +93,17 @@ def _size(count: int) -> str:
     return f"{count / GIB:.2f} GiB" if count >= GIB else f"{count / 2**20:.1f} MiB"
 
 
-def plan_memory(config: TrainConfig, shape: ModelShape, prompt_tokens: int) -> MemoryPlan:
+def plan_memory(
+    config: TrainConfig, shape: ModelShape, prompt_tokens: int, device_memory: int | None = None
+) -> MemoryPlan:
     """The :class:`MemoryPlan` of ``config`` for a model of ``shape``, prompts of up to
-    ``prompt_tokens`` tokens (``rollout.max_prompt_tokens`` where set)."""
+    ``prompt_tokens`` tokens (``rollout.max_prompt_tokens`` where set).
+
+    ``rollout.engine: vllm`` replaces the hf engine's cache. On a GPU it takes
+    ``rollout.gpu_memory_utilization`` of ``device_memory`` (total bytes; None: its weights
+    only, ``sizes["engine"]`` says which) while it generates, and sleeps through the update;
+    on a CPU its weights and ``rollout.engine_cache_gib`` are resident.
+    """
     m, a = config.model, config.algo
     device = m.device
     compute = _compute_dtype(config)
@@ -153,13 +161,15 @@ def plan_memory(config: TrainConfig, shape: ModelShape, prompt_tokens: int) -> M
     else:  # the prompt pass (the cache holds the prompts only) or a decoding step (all of it)
         transient = max(prompt_pass - rows * new * kv, _decode_step(s, rows))
         plan.generation = {"kv_cache": rows * length * kv, "transient": transient}
-    if config.rollout.engine == "vllm":  # vLLM's own weights (compute dtype) and cache
-        # on a CPU its cache is rollout.engine_cache_gib; on a GPU it takes
-        # rollout.gpu_memory_utilization of the device and sleeps through the update (its
-        # weights to host memory, its cache freed): only its weights are counted here
-        cache = config.rollout.engine_cache_gib * GIB if device == "cpu" else 0
-        plan.resident["engine"] = s.parameters * c + cache
-        plan.generation = {"kv_cache": 0, "transient": _decode_step(s, rows)}
+    if config.rollout.engine == "vllm":  # replaces the hf engine's cache
+        util, known = config.rollout.gpu_memory_utilization, device_memory is not None
+        if device == "cpu":  # its weights (compute dtype) and cache, all run
+            plan.resident["engine"] = s.parameters * c + config.rollout.engine_cache_gib * GIB
+        else:  # its share while it generates (else its weights); asleep in the update
+            share = math.ceil(util * device_memory) if known else s.parameters * c
+            plan.generation["engine"] = share
+            plan.sizes["engine"] = f"{util} of {_size(device_memory)}" if known else "weights"
+        plan.generation.update(kv_cache=0, transient=_decode_step(s, rows))
     tokens = micro * length
     per_layer = _layer_activations(s, c, autocast)
     scores = s.layers * _scores(s, micro, length, device, compute)
@@ -206,7 +216,7 @@ def run_plan(config: TrainConfig, model_dir: Path | None) -> MemoryPlan:
         hf, where = plan_config(config)
     else:
         hf, where = model_dir, str(model_dir / "config.json")
-    plan = plan_memory(config, model_shape(config, hf), prompt)
+    plan = plan_memory(config, model_shape(config, hf), prompt, device_memory(config.model.device))
     plan.sizes["prompt_source"] = source
     plan.model_config = where
     return plan
@@ -311,6 +321,21 @@ def free_memory(device: str) -> int | None:
     return None
 
 
+def device_memory(device: str) -> int | None:
+    """A CUDA device's total bytes: the device's own where this machine has it, else
+    ``$GIGPO_FREE_MEMORY_GIB`` (a dry run for a GPU elsewhere: its free memory, all of an idle
+    GPU's); None elsewhere (a CPU, MPS, a GPU not here and no override)."""
+    if not device.startswith("cuda"):
+        return None
+    import torch
+
+    if torch.cuda.is_available():
+        index = int(device.partition(":")[2] or 0)
+        return int(torch.cuda.get_device_properties(index).total_memory)
+    gib = free_memory_override()
+    return None if gib is None else int(gib * GIB)
+
+
 #: The most GiB ``$GIGPO_FREE_MEMORY_GIB`` may say (a pebibyte): more is a typo.
 MAX_FREE_GIB = 1 << 20
 
@@ -344,6 +369,9 @@ def check_fits(plan: MemoryPlan, free: int | None) -> None:
             "model.gradient_checkpointing: true, or shorten rollout.max_prompt_tokens / "
             "rollout.max_new_tokens"
         )
+    elif "engine" in plan.generation:  # vLLM's share of the GPU, while it generates
+        which = f"generation ({_size(plan.generation['engine'])} of it the vllm engine's)"
+        fix = "lower rollout.gpu_memory_utilization (the engine's share of the GPU)"
     else:
         which = "generation"
         fix = (
