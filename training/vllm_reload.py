@@ -9,8 +9,26 @@ restores each layer's checkpoint layout, loads, then repacks layer by layer.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 from typing import Any
+
+#: vLLM's layerwise reload (``vllm.model_executor.model_loader.reload.layerwise``) logs here.
+RELOAD_LOGGER = "vllm.model_executor.model_loader.reload.layerwise"
+
+
+class WeightlessLayerFilter(logging.Filter):
+    """Drops vLLM's ``"<layer>: Failed to load weights"`` warning for rotary embeddings.
+
+    A reload warns once a layer whose buffers no checkpoint weight fills, and puts the
+    layer's tensors back as they were: the rotary embedding's cos/sin cache, computed from
+    the config, warns at every weight sync of every run (20 lines a quick start). Any other
+    layer's warning passes: there it means a weight the sync did not send."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args if isinstance(record.args, tuple) else ()
+        weightless = bool(args) and str(args[0]).endswith("RotaryEmbedding")
+        return not (record.msg == "%s: Failed to load weights" and weightless)
 
 
 def repack_embeddings(model: Any) -> None:
@@ -35,5 +53,8 @@ def repack_embeddings(model: Any) -> None:
 def reload_in_place(model_runner: Any, weights: Iterable[tuple[str, Any]]) -> None:
     """``weights`` (checkpoint names and tensors, the whole model) into ``model_runner``'s
     model by vLLM's in-place reload, then its embeddings repacked (:func:`repack_embeddings`)."""
+    logger = logging.getLogger(RELOAD_LOGGER)
+    if not any(isinstance(f, WeightlessLayerFilter) for f in logger.filters):
+        logger.addFilter(WeightlessLayerFilter())
     model_runner.reload_weights(weights_iterator=iter(weights))
     repack_embeddings(model_runner.get_model())
