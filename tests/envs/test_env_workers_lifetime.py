@@ -67,8 +67,11 @@ def _kill_all(pids: list[int]) -> None:
 
 def _start_parent(body: str, tmp_path: Path) -> tuple[subprocess.Popen, list[int]]:
     """Runs ``body`` in a fresh Python (a pool's parent); returns it and the worker pids it
-    prints on its first line."""
-    script = f"import sys\nsys.path.insert(0, {TESTS!r})\n{body}"
+    prints on its first line. Its SIGINT is Python's own handler, as in a terminal, whoever
+    started the tests: a runner launched in the background by a script (``tox &``) hands its
+    children SIGINT ignored, which Python keeps (a Ctrl-C could not reach the parent)."""
+    prelude = "import signal, sys\nsignal.signal(signal.SIGINT, signal.default_int_handler)\n"
+    script = f"{prelude}sys.path.insert(0, {TESTS!r})\n{body}"
     stderr = open(tmp_path / "stderr.txt", "w")  # noqa: SIM115  (the child writes it)
     proc = subprocess.Popen(
         [sys.executable, "-c", script], cwd=REPO, stdout=subprocess.PIPE, stderr=stderr, text=True
